@@ -1,0 +1,53 @@
+# FedSweep: the two commands a newcomer types are `make quickstart` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+export MLFLOW_DISABLE_TELEMETRY ?= true
+export RAY_USAGE_STATS_ENABLED ?= 0
+
+.PHONY: quickstart test install install-dev data lint format slow clean
+
+## quickstart: create .venv, install fedsweep, get Fashion-MNIST, run the main job
+quickstart: install data
+	$(VENV)/bin/fedsweep run sweeps/configs/quickstart.yaml
+
+## test: install the dev extra and run lint, the import contract and the default test suite
+test: install-dev data
+	$(VENV)/bin/ruff check flcore sweeps search_spaces analysis benchmarks tests
+	$(VENV)/bin/lint-imports
+	$(PY) -m pytest -q
+
+## slow: the tests marked slow (long runs), left out of `make test`
+slow: install-dev data
+	$(PY) -m pytest -q -m slow
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PIP) install -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+## data: make sure real Fashion-MNIST is on this machine (Debian's dataset-fashion-mnist)
+data:
+	@bash scripts/ensure-fmnist
+
+lint: install-dev
+	$(VENV)/bin/ruff check flcore sweeps search_spaces analysis benchmarks tests
+	$(VENV)/bin/ruff format --check flcore sweeps search_spaces analysis benchmarks tests
+	$(VENV)/bin/lint-imports
+
+format: install-dev
+	$(VENV)/bin/ruff format flcore sweeps search_spaces analysis benchmarks tests
+	$(VENV)/bin/ruff check --fix flcore sweeps search_spaces analysis benchmarks tests
+
+clean:
+	rm -rf runs mlflow.db .pytest_cache

@@ -1,0 +1,29 @@
+"""FL algorithms, one file each, found through the ``ALGORITHMS`` registry."""
+
+from __future__ import annotations
+
+from flcore.algorithms import fedavg as _fedavg  # noqa: F401  (registers)
+from flcore.algorithms import local as _local  # noqa: F401  (registers)
+from flcore.algorithms.base import (
+    ALGORITHMS,
+    Algorithm,
+    AlgorithmParams,
+    ClientData,
+    ClientResult,
+    ClientTask,
+    LocalTraining,
+    ModelSpec,
+    tensor_bytes,
+)
+
+__all__ = [
+    "ALGORITHMS",
+    "Algorithm",
+    "AlgorithmParams",
+    "ClientData",
+    "ClientResult",
+    "ClientTask",
+    "LocalTraining",
+    "ModelSpec",
+    "tensor_bytes",
+]

@@ -1,0 +1,253 @@
+"""The small Algorithm base: round-level hooks that the engine calls, one file per algorithm.
+
+A round, as the engine drives it::
+
+    ids = algorithm.sample_clients(round, rng, ...)          # server (or a random walk)
+    algorithm.begin_round(round, ids)
+    for each id (in parallel workers, results consumed in id order):
+        task.payload = algorithm.broadcast(round, id)         # what the server sends: bytes_down
+        result = algorithm.local_update(data, task, gen)      # client: bytes_up = upload
+        algorithm.accumulate(result)                          # streamed aggregation, no N copies
+    algorithm.end_round(round)
+
+Why these hooks fit the later papers:
+- HyperFL uploads only its hypernetwork: ``upload`` holds exactly what leaves the client, and the
+  classifier and embedding stay in ``ClientResult.state``, which the engine keeps for the client
+  (the server never reads it).
+- FedHKD sends per-class statistics beside weights: ``upload`` is any dict of tensors.
+- Pa3dFL gives clients models of different widths: ``broadcast`` is per client.
+- LoDMeta has no server: ``sample_clients`` returns the one client a random walk reaches, and
+  ``accumulate`` keeps that client's model as the walking token.
+
+``local_update`` runs in a worker process: it may use only its arguments and the immutable
+construction arguments of the algorithm, never server state.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
+from torch import nn
+
+from flcore.data import ArrayDataset, DatasetInfo
+from flcore.errors import ConfigError
+from flcore.models import SplitModel, build_model
+from flcore.registry import Registry
+
+__all__ = [
+    "ALGORITHMS",
+    "Algorithm",
+    "AlgorithmParams",
+    "ClientData",
+    "ClientResult",
+    "ClientTask",
+    "LocalTraining",
+    "ModelSpec",
+    "seeded",
+    "tensor_bytes",
+]
+
+TensorDict = dict[str, torch.Tensor]
+
+
+class AlgorithmParams(BaseModel):
+    """Base of each algorithm's ``algorithm_params`` schema: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    """Public local-training hyperparameters (the server knows them too: the threat model)."""
+
+    epochs: int
+    batch_size: int
+    lr: float
+    optimizer: str = "sgd"
+    momentum: float = 0.5
+    weight_decay: float = 5e-4
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A picklable recipe for the model, so worker processes build the same network."""
+
+    name: str
+    num_classes: int
+    in_channels: int
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    def __call__(self, **overrides: Any) -> SplitModel:
+        kw = dict(self.kwargs) | overrides
+        return build_model(
+            self.name, num_classes=self.num_classes, in_channels=self.in_channels, **kw
+        )
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """One client's private data, as uint8 tensors plus the dataset's normalisation."""
+
+    client_id: int
+    train: ArrayDataset
+    test: ArrayDataset
+    info: DatasetInfo
+
+
+@dataclass
+class ClientTask:
+    """What the engine asks of one client in one round."""
+
+    client_id: int
+    round: int
+    payload: TensorDict
+    state: Any
+    evaluate: bool
+    seed: int
+
+
+@dataclass
+class ClientResult:
+    """What one client's round produced.
+
+    Attributes:
+        upload: exactly the tensors that leave the client (counted in ``bytes_up``).
+        state: the client's private state, kept by the engine on its behalf; never aggregated.
+        metrics: scalars such as ``train_loss`` and, on evaluation rounds, ``accuracy``.
+    """
+
+    client_id: int
+    num_samples: int
+    upload: TensorDict
+    state: Any = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def tensor_bytes(tensors: Mapping[str, torch.Tensor]) -> int:
+    """Bytes of a dict of tensors as they travel (numel x element size)."""
+    return int(sum(t.numel() * t.element_size() for t in tensors.values()))
+
+
+def seeded(seed_words: tuple[int, ...], fn: Callable[[], Any]) -> Any:
+    """Call ``fn`` with torch's global RNG seeded from ``seed_words`` and restore it afterwards.
+
+    Parameter initialisation in ``torch.nn`` reads the global RNG; this keeps it reproducible
+    without leaving a side effect on the caller's RNG.
+    """
+    seed = int(np.random.SeedSequence(list(seed_words)).generate_state(1, dtype=np.uint64)[0])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed % (2**63))
+        return fn()
+
+
+class Algorithm(ABC):
+    """Base class of every FL algorithm. Subclasses register with ``@ALGORITHMS.register(name)``.
+
+    Args:
+        model_spec: builds the (client) network.
+        training: the local-training hyperparameters.
+        num_clients: total number of clients.
+        params: this algorithm's validated ``algorithm_params``.
+        seed: the experiment seed (for the server's initial model).
+        device: torch device for computation.
+    """
+
+    name: ClassVar[str] = ""
+    #: an algorithm that uploads nothing has no global model and nothing for an attack to see.
+    uploads: ClassVar[bool] = True
+    #: pydantic schema of ``algorithm_params``.
+    Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
+
+    def __init__(
+        self,
+        *,
+        model_spec: ModelSpec,
+        training: LocalTraining,
+        num_clients: int,
+        params: AlgorithmParams | Mapping[str, Any] | None = None,
+        seed: int = 0,
+        device: str = "cpu",
+    ) -> None:
+        self.model_spec = model_spec
+        self.training = training
+        self.num_clients = num_clients
+        self.params = (
+            params if isinstance(params, AlgorithmParams) else self.validate_params(params)
+        )
+        self.seed = seed
+        self.device = torch.device(device)
+
+    # ----------------------------------------------------------------- validation
+    @classmethod
+    def validate_params(cls, params: Mapping[str, Any] | None) -> AlgorithmParams:
+        """Validate ``algorithm_params``; errors name ``algorithm_params.<key>``."""
+        try:
+            return cls.Params.model_validate(dict(params or {}))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            key = ".".join(["algorithm_params", *map(str, err["loc"])])
+            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+            raise ConfigError(key, f"{msg} (for algorithm {cls.name!r})") from None
+
+    # ----------------------------------------------------------------- server side
+    @abstractmethod
+    def init_server(self) -> None:
+        """Create the server's initial state (called once, before round 1, in the main process)."""
+
+    def init_client_state(self, client_id: int) -> Any:
+        """The private state a client starts with (kept by the engine). Default: none."""
+        return None
+
+    def sample_clients(
+        self, round: int, rng: np.random.Generator, fraction: float, force_all: bool
+    ) -> list[int]:
+        """Clients that take part in ``round`` (1-based), sorted. Default: uniform without
+        replacement, ``max(1, int(fraction * N))`` of them, or all when ``force_all``."""
+        n = self.num_clients
+        if force_all:
+            return list(range(n))
+        m = max(1, int(fraction * n))
+        return sorted(int(i) for i in rng.choice(n, size=m, replace=False))
+
+    def broadcast(self, round: int, client_id: int) -> TensorDict:
+        """What the server sends to ``client_id`` this round. Default: nothing."""
+        return {}
+
+    def begin_round(self, round: int, client_ids: list[int]) -> None:  # noqa: B027
+        """Prepare to receive this round's uploads (optional hook)."""
+
+    @abstractmethod
+    def accumulate(self, result: ClientResult) -> None:
+        """Fold one client's result into the round's aggregate (called in client-id order)."""
+
+    @abstractmethod
+    def end_round(self, round: int) -> None:
+        """Finish aggregation and update the server state."""
+
+    def global_model(self) -> nn.Module | None:
+        """The aggregated model evaluated on the global test set, or None if there is none."""
+        return None
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """The whole server state, for checkpoints."""
+
+    @abstractmethod
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+
+    # ----------------------------------------------------------------- client side
+    @abstractmethod
+    def local_update(
+        self, data: ClientData, task: ClientTask, generator: torch.Generator
+    ) -> ClientResult:
+        """One client's local work in one round. Runs in a worker: use only the arguments."""
+
+
+ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")

@@ -1,0 +1,73 @@
+"""Local-only training: each client trains its own model and never communicates.
+
+The lower bound every personalised FL method is compared against (HyperFL Table 1, "Local-only").
+As in the HyperFL authors' code, every client starts from the same initial model, trains E local
+epochs on the rounds it is sampled in, and keeps its weights between rounds. Nothing is uploaded
+or downloaded, so its bytes are 0, there is no global model, and nothing leaves the client for an
+attack to see (its DP epsilon is 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from flcore.algorithms.base import ALGORITHMS, ClientData, ClientResult, ClientTask, seeded
+from flcore.algorithms.fedavg import FedAvg
+from flcore.algorithms.training import evaluate
+
+__all__ = ["LocalOnly"]
+
+
+@ALGORITHMS.register("local")
+class LocalOnly(FedAvg):
+    """Clients train alone; the engine keeps each client's weights as its private state."""
+
+    name = "local"
+    uploads = False
+
+    def init_server(self) -> None:
+        self._init = {
+            k: v.clone()
+            for k, v in seeded((self.seed, 0x1417), self.model_spec).state_dict().items()
+        }
+
+    def init_client_state(self, client_id: int) -> dict[str, torch.Tensor]:
+        return {k: v.clone() for k, v in self._init.items()}
+
+    def broadcast(self, round: int, client_id: int) -> dict[str, torch.Tensor]:
+        return {}
+
+    def begin_round(self, round: int, client_ids: list[int]) -> None:
+        pass
+
+    def accumulate(self, result: ClientResult) -> None:
+        pass
+
+    def end_round(self, round: int) -> None:
+        pass
+
+    def global_model(self) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        pass
+
+    def local_update(
+        self, data: ClientData, task: ClientTask, generator: torch.Generator
+    ) -> ClientResult:
+        model = self.client_model()
+        model.load_state_dict(task.state)
+        loss = self.train_local(model, data, generator)
+        metrics = {"train_loss": loss}
+        if task.evaluate:
+            metrics["accuracy"], metrics["test_loss"] = evaluate(
+                model, data.test, data.info, device=self.device
+            )
+        state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        return ClientResult(task.client_id, len(data.train), {}, state, metrics)

@@ -1,0 +1,114 @@
+"""Local training and evaluation loops shared by every algorithm.
+
+Algorithms differ by hooks, not by copies of this loop: ``loss_fn`` adds terms (FedProx,
+FedHKD), ``backward`` replaces the gradient computation (DP-SGD's per-sample clipping),
+``params`` chooses what trains (HyperFL's two steps, LG-FedAvg's parts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from flcore.data import ArrayDataset, DatasetInfo, normalize
+
+__all__ = ["batches", "make_optimizer", "train_epochs", "evaluate", "LossFn", "BackwardFn"]
+
+LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+BackwardFn = Callable[[nn.Module, torch.Tensor, torch.Tensor, LossFn], torch.Tensor]
+
+
+def cross_entropy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The default loss: mean cross-entropy of the model's logits."""
+    return F.cross_entropy(model(x), y)
+
+
+def standard_backward(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn
+) -> torch.Tensor:
+    """Fill ``.grad`` with the mini-batch gradient; returns the (detached) loss."""
+    loss = loss_fn(model, x, y)
+    loss.backward()
+    return loss.detach()
+
+
+def batches(n: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """Shuffled index batches over ``n`` samples; the last batch may be smaller (as DataLoader)."""
+    order = torch.randperm(n, generator=generator)
+    yield from order.split(batch_size)
+
+
+def make_optimizer(
+    params: Iterable[torch.nn.Parameter],
+    *,
+    name: str,
+    lr: float,
+    momentum: float = 0.0,
+    weight_decay: float = 0.0,
+) -> torch.optim.Optimizer:
+    """The local optimizer; a fresh one each round, as in the papers' code."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    raise ValueError(f"unknown optimizer {name!r}; known: adam, sgd")
+
+
+def train_epochs(
+    model: nn.Module,
+    data: ArrayDataset,
+    info: DatasetInfo,
+    optimizer: torch.optim.Optimizer,
+    *,
+    epochs: int,
+    batch_size: int,
+    generator: torch.Generator,
+    loss_fn: LossFn = cross_entropy,
+    backward: BackwardFn = standard_backward,
+    max_grad_norm: float | None = None,
+    device: torch.device | None = None,
+) -> float:
+    """Train ``model`` for ``epochs`` passes over ``data``; returns the mean training loss."""
+    device = device or torch.device("cpu")
+    x_all = normalize(data.images, info).to(device)
+    y_all = data.labels.to(device)
+    model.train()
+    total, steps = torch.zeros((), device=device), 0
+    for _ in range(epochs):
+        for idx in batches(len(y_all), batch_size, generator):
+            idx = idx.to(device)
+            optimizer.zero_grad(set_to_none=True)
+            loss = backward(model, x_all[idx], y_all[idx], loss_fn)
+            if max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+            optimizer.step()
+            total += loss
+            steps += 1
+    return float(total) / max(steps, 1)
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    data: ArrayDataset,
+    info: DatasetInfo,
+    *,
+    batch_size: int = 1000,
+    device: torch.device | None = None,
+) -> tuple[float, float]:
+    """Accuracy in [0, 1] and mean cross-entropy of ``model`` on ``data``."""
+    device = device or torch.device("cpu")
+    model.eval()
+    correct, loss_sum, n = 0, 0.0, len(data.labels)
+    if n == 0:
+        return float("nan"), float("nan")
+    for start in range(0, n, batch_size):
+        x = normalize(data.images[start : start + batch_size], info).to(device)
+        y = data.labels[start : start + batch_size].to(device)
+        logits = model(x)
+        loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
+        correct += int((logits.argmax(1) == y).sum())
+    return correct / n, loss_sum / n

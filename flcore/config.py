@@ -1,0 +1,218 @@
+"""Typed, frozen experiment configs, validated at the edge.
+
+A config is read from YAML (or a mapping), ``--set key=value`` overrides are applied with dotted
+keys, and the result is validated before any training starts. Unknown keys, wrong types and
+out-of-range values raise :class:`~flcore.errors.ConfigError` naming the dotted key. Objects deeper
+in flcore never read this config: the builders turn it into typed keyword arguments.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from flcore.errors import ConfigError
+
+__all__ = [
+    "ExperimentConfig",
+    "PartitionConfig",
+    "OptimizerConfig",
+    "load_config",
+    "apply_overrides",
+    "parse_overrides",
+    "validate_config",
+    "flatten",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class PartitionConfig(_Strict):
+    """How the training data is split over clients (see flcore.data.partition)."""
+
+    name: str = "dominant"
+    s: float = Field(20.0, ge=0, le=100, description="dominant: % of data drawn over all classes")
+    beta: float = Field(0.5, gt=0, description="dirichlet: concentration")
+    k: int = Field(2, ge=1, description="pathological: classes per client")
+
+
+class OptimizerConfig(_Strict):
+    """The clients' local optimizer."""
+
+    name: Literal["sgd", "adam"] = "sgd"
+    momentum: float = Field(0.5, ge=0, lt=1)
+    weight_decay: float = Field(5e-4, ge=0)
+
+
+class ExperimentConfig(_Strict):
+    """One FL experiment. Defaults are HyperFL's Fashion-MNIST setup (appendix D.1)."""
+
+    experiment: str | None = None
+    algorithm: str = "fedavg"
+    dataset: str = "fmnist"
+    data_root: str | None = None
+    model: str | None = Field(None, description="model name; None: the dataset's default")
+    num_clients: int = Field(20, ge=1)
+    samples_per_client: int | None = Field(600, ge=1)
+    test_samples_per_client: int | None = Field(None, ge=1)
+    rounds: int = Field(200, ge=1)
+    local_epochs: int = Field(5, ge=1)
+    batch_size: int = Field(50, ge=1)
+    lr: float = Field(0.01, gt=0)
+    client_fraction: float = Field(1.0, gt=0, le=1)
+    full_last_round: bool = True
+    eval_every: int = Field(1, ge=1)
+    seed: int = Field(0, ge=0)
+    device: str = "cpu"
+    workers: int | None = Field(None, ge=1, description="client processes; None: CPUs available")
+    partition: PartitionConfig = PartitionConfig()
+    optimizer: OptimizerConfig = OptimizerConfig()
+    algorithm_params: dict[str, Any] = Field(default_factory=dict)
+    output_dir: str = "runs"
+    checkpoint_every: int = Field(0, ge=0, description="rounds between checkpoints; 0: never")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if v != "cpu" and not v.startswith(("cuda", "mps")):
+            raise ValueError(f"must be 'cpu', 'cuda', 'cuda:N' or 'mps', got {v!r}")
+        return v
+
+    def resolved_workers(self) -> int:
+        """Worker processes to use: the config's, else the CPUs this process may use."""
+        if self.workers is not None:
+            return self.workers
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except AttributeError:  # pragma: no cover - non-Linux
+            return max(1, os.cpu_count() or 1)
+
+
+def _error_key(loc: Iterable[Any]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def validate_config(raw: Mapping[str, Any]) -> ExperimentConfig:
+    """Validate a mapping into an :class:`ExperimentConfig`, checking registered names too.
+
+    Raises:
+        ConfigError: naming the first offending dotted key.
+    """
+    if not isinstance(raw, Mapping):
+        raise ConfigError("", f"a config must be a mapping, got {type(raw).__name__}")
+    try:
+        cfg = ExperimentConfig.model_validate(dict(raw))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = _error_key(err["loc"])
+        if err["type"] == "extra_forbidden":
+            raise ConfigError(key, "unknown key") from None
+        raise ConfigError(key, f"{err['msg']} (got {err.get('input')!r})") from None
+    _check_names(cfg)
+    return cfg
+
+
+def _check_names(cfg: ExperimentConfig) -> None:
+    # Imported here: the registries fill as their modules import, and config must stay light.
+    from flcore.algorithms import ALGORITHMS
+    from flcore.data import DATASET_INFO, PARTITIONERS
+    from flcore.models import MODELS
+
+    if cfg.algorithm not in ALGORITHMS:
+        raise ConfigError(
+            "algorithm",
+            f"unknown algorithm {cfg.algorithm!r}; known: {', '.join(ALGORITHMS.names())}",
+        )
+    if cfg.dataset not in DATASET_INFO:
+        raise ConfigError(
+            "dataset", f"unknown dataset {cfg.dataset!r}; known: {', '.join(sorted(DATASET_INFO))}"
+        )
+    if cfg.partition.name not in PARTITIONERS:
+        raise ConfigError(
+            "partition.name",
+            f"unknown partitioner {cfg.partition.name!r}; known: {', '.join(PARTITIONERS.names())}",
+        )
+    if cfg.model is not None and cfg.model not in MODELS:
+        raise ConfigError(
+            "model", f"unknown model {cfg.model!r}; known: {', '.join(MODELS.names())}"
+        )
+    if cfg.partition.name == "pathological":
+        n_cls = DATASET_INFO[cfg.dataset].num_classes
+        if cfg.partition.k > n_cls:
+            raise ConfigError("partition.k", f"must be <= {n_cls} classes of {cfg.dataset}")
+    ALGORITHMS.get(cfg.algorithm).validate_params(cfg.algorithm_params)
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """Parse ``key=value`` strings; values are read as YAML (``1`` int, ``0.1`` float, ``[a]``)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(item, "an override must look like key=value")
+        try:
+            out[key] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError as exc:
+            raise ConfigError(key, f"cannot parse value {value!r}: {exc}") from None
+    return out
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a copy of ``raw`` with dotted-key overrides applied (``optimizer.momentum=0.9``)."""
+    out: dict[str, Any] = copy.deepcopy(dict(raw))
+    for dotted, value in overrides.items():
+        node = out
+        parts = dotted.split(".")
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(
+                    ".".join(parts[: i + 1]), "is not a mapping; cannot set a sub-key"
+                )
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping, with errors that name the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("", f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError("", f"{p}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("", f"{p}: the top level must be a mapping")
+    return data
+
+
+def load_config(path: str | Path | None, overrides: Iterable[str] = ()) -> ExperimentConfig:
+    """Read YAML (or start from defaults when ``path`` is None), apply overrides, validate."""
+    raw = read_yaml(path) if path is not None else {}
+    return validate_config(apply_overrides(raw, parse_overrides(overrides)))
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested mappings with '.': ``{"optimizer": {"momentum": .5}}`` gives
+    ``optimizer.momentum``."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out

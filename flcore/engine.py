@@ -1,0 +1,216 @@
+"""The round loop: sampling, local updates, streamed aggregation, evaluation, callbacks.
+
+Randomness is derived, not carried: the clients of round r come from a generator seeded by
+(seed, r), and client c's local stream in round r from (seed, r, c). A run restored from a
+checkpoint after round r therefore continues with exactly the draws it would have made, and the
+checkpoint needs no RNG state beyond the round number.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from flcore.algorithms.base import Algorithm, ClientTask, tensor_bytes
+from flcore.algorithms.training import evaluate
+from flcore.callbacks import Callback, CallbackList, RoundResult, RunInfo
+from flcore.data import FederatedData
+from flcore.executor import AlgorithmFactory, make_executor
+
+__all__ = ["Engine", "CHECKPOINT_VERSION"]
+
+CHECKPOINT_VERSION = 1
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+class Engine:
+    """Runs one FL experiment round by round.
+
+    Args:
+        factory: builds the algorithm (here and in each worker).
+        data: the federated dataset.
+        rounds: total rounds.
+        client_fraction: fraction of clients sampled per round.
+        full_last_round: every client takes part in the last round (HyperFL's protocol).
+        eval_every: evaluate every this many rounds, and always in the last round.
+        seed: the experiment seed.
+        workers: client processes (1 = in this process).
+        device: torch device.
+        callbacks: consumers of per-round results.
+    """
+
+    def __init__(
+        self,
+        factory: AlgorithmFactory,
+        data: FederatedData,
+        *,
+        rounds: int,
+        client_fraction: float = 1.0,
+        full_last_round: bool = True,
+        eval_every: int = 1,
+        seed: int = 0,
+        workers: int = 1,
+        device: str = "cpu",
+        callbacks: list[Callback] | None = None,
+    ) -> None:
+        self.factory = factory
+        self.data = data
+        self.rounds = rounds
+        self.client_fraction = client_fraction
+        self.full_last_round = full_last_round
+        self.eval_every = eval_every
+        self.seed = seed
+        self.workers = workers
+        self.device = device
+        self.callbacks = CallbackList(callbacks)
+        self.algorithm: Algorithm = factory()
+        self.algorithm.init_server()
+        self.client_states: dict[int, Any] = {
+            c: self.algorithm.init_client_state(c) for c in range(data.num_clients)
+        }
+        self.round = 0  # rounds completed
+        self.totals = {"bytes_up": 0.0, "bytes_down": 0.0, "seconds": 0.0}
+        self.history: list[RoundResult] = []
+
+    # ----------------------------------------------------------------- running
+    def run(self) -> dict[str, float | None]:
+        """Run the remaining rounds and return the final summary."""
+        for _ in self.iter_rounds():
+            pass
+        summary = self.summary()
+        self.callbacks.on_run_end(summary)
+        return summary
+
+    def iter_rounds(self) -> Iterator[RoundResult]:
+        """Run the remaining rounds, yielding each round's result after its callbacks ran."""
+        self.callbacks.on_run_start(
+            RunInfo(self.algorithm.name, self.rounds, self.data.num_clients, self.round + 1)
+        )
+        if self.round >= self.rounds:
+            return
+        executor = make_executor(self.factory, self.data, self.workers, self.device)
+        try:
+            while self.round < self.rounds:
+                result = self._one_round(executor, self.round + 1)
+                self.round += 1
+                self.history.append(result)
+                self.callbacks.on_round_end(result)
+                yield result
+        except BaseException:
+            if hasattr(executor, "terminate"):
+                executor.terminate()
+            raise
+        else:
+            executor.close()
+
+    def _is_eval_round(self, r: int) -> bool:
+        return r % self.eval_every == 0 or r == self.rounds
+
+    def _one_round(self, executor: Any, r: int) -> RoundResult:
+        start = time.perf_counter()
+        alg = self.algorithm
+        rng = np.random.default_rng([self.seed, 0x5A, r])
+        force_all = self.full_last_round and r == self.rounds
+        ids = alg.sample_clients(r, rng, self.client_fraction, force_all)
+        evaluate_now = self._is_eval_round(r)
+        alg.begin_round(r, ids)
+        tasks, bytes_down = [], 0
+        for cid in ids:
+            payload = alg.broadcast(r, cid)
+            bytes_down += tensor_bytes(payload)
+            tasks.append(
+                ClientTask(cid, r, payload, self.client_states[cid], evaluate_now, self.seed)
+            )
+        bytes_up, losses, accs = 0, [], []
+        for res in executor.map(tasks):
+            bytes_up += tensor_bytes(res.upload)
+            self.client_states[res.client_id] = res.state
+            alg.accumulate(res)
+            losses.append(res.metrics.get("train_loss", math.nan))
+            if "accuracy" in res.metrics:
+                accs.append(res.metrics["accuracy"])
+        alg.end_round(r)
+        global_acc = None
+        if evaluate_now:
+            model = alg.global_model()
+            if model is not None:
+                global_acc, _ = evaluate(
+                    model,
+                    self.data.global_test_set(),
+                    self.data.info,
+                    device=torch.device(self.device),
+                )
+        seconds = time.perf_counter() - start
+        self.totals["bytes_up"] += bytes_up
+        self.totals["bytes_down"] += bytes_down
+        self.totals["seconds"] += seconds
+        metrics: dict[str, float | None] = {
+            "round": float(r),
+            "clients": float(len(ids)),
+            "train_loss": _mean(losses),
+            "accuracy": _mean(accs) if evaluate_now else None,
+            "global_accuracy": global_acc,
+            "round_bytes_up": float(bytes_up),
+            "round_bytes_down": float(bytes_down),
+            "round_seconds": seconds,
+            **self.totals,
+        }
+        return RoundResult(r, tuple(ids), metrics, evaluate_now)
+
+    def summary(self) -> dict[str, Any]:
+        """Final metrics: the last evaluated round's accuracies and the cumulative totals."""
+        last_eval = next((h for h in reversed(self.history) if h.evaluated), None)
+        acc = last_eval.metrics["accuracy"] if last_eval else None
+        gacc = last_eval.metrics["global_accuracy"] if last_eval else None
+        return {"accuracy": acc, "global_accuracy": gacc, "rounds": self.round, **self.totals}
+
+    # ----------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """The whole experiment state: server, clients' private states, counters, history."""
+        return {
+            "version": CHECKPOINT_VERSION,
+            "round": self.round,
+            "algorithm_name": self.algorithm.name,
+            "algorithm": self.algorithm.state_dict(),
+            "client_states": self.client_states,
+            "totals": dict(self.totals),
+            "history": [(h.round, h.client_ids, h.metrics, h.evaluated) for h in self.history],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` so that the next round is exactly the one that was next."""
+        if state.get("version") != CHECKPOINT_VERSION:
+            raise ValueError(
+                f"checkpoint version {state.get('version')} is not {CHECKPOINT_VERSION}"
+            )
+        if state["algorithm_name"] != self.algorithm.name:
+            raise ValueError(
+                f"checkpoint is of {state['algorithm_name']!r}, not {self.algorithm.name!r}"
+            )
+        self.round = int(state["round"])
+        self.algorithm.load_state_dict(state["algorithm"])
+        self.client_states = dict(state["client_states"])
+        self.totals = dict(state["totals"])
+        self.history = [RoundResult(*h) for h in state["history"]]
+
+    def save_checkpoint(self, path: str | Path) -> Path:
+        """Write the state to ``path`` atomically (a crash never leaves a half file)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        torch.save(self.state_dict(), tmp)
+        tmp.replace(path)
+        return path
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Restore from :meth:`save_checkpoint`'s file."""
+        self.load_state_dict(torch.load(Path(path), weights_only=False))

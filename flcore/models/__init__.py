@@ -1,0 +1,8 @@
+"""The papers' networks, each split into a feature extractor and a classifier head."""
+
+from __future__ import annotations
+
+from flcore.models import cnn as _cnn  # noqa: F401  (registers the CNNs)
+from flcore.models.base import MODELS, SplitModel, build_model
+
+__all__ = ["MODELS", "SplitModel", "build_model"]

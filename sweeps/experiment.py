@@ -1,0 +1,85 @@
+"""Run one experiment in-process (no Ray): flcore engine + MLflow + Parquet + progress bar."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flcore.callbacks import Callback, RoundResult
+from flcore.config import ExperimentConfig, flatten
+from flcore.engine import Engine
+from flcore.experiment import build_data, build_engine
+from sweeps.progress import ProgressCallback
+from sweeps.provenance import provenance_tags
+from sweeps.results import ParquetCallback
+from sweeps.tracking import MLflowCallback, experiment_name
+
+__all__ = ["run_experiment", "config_params"]
+
+
+class _Checkpointer(Callback):
+    def __init__(self, engine: Engine, path: Path, every: int) -> None:
+        self.engine, self.path, self.every = engine, path, every
+
+    def on_round_end(self, result: RoundResult) -> None:
+        if self.every and result.round % self.every == 0:
+            self.engine.save_checkpoint(self.path)
+
+
+def config_params(cfg: ExperimentConfig) -> dict[str, Any]:
+    """Params as MLflow records them: flattened with '.', no prefix (``optimizer.momentum``)."""
+    return flatten(cfg.model_dump(mode="json"))
+
+
+def run_experiment(
+    cfg: ExperimentConfig,
+    *,
+    progress: bool = True,
+    resume_from: str | Path | None = None,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    """Run ``cfg`` to the end and return the summary (with ``run_id`` and ``metrics_path``).
+
+    The data is built before the MLflow run is created, so a missing dataset writes nothing.
+    """
+    data = build_data(cfg)
+    tracker = MLflowCallback(
+        experiment=experiment_name(cfg.experiment),
+        params=config_params(cfg),
+        tags=provenance_tags(data.splits.checksum)
+        | {"fedsweep.data_source": data.splits.source[:5000]},
+        run_name=f"{cfg.algorithm}-{cfg.dataset}-s{cfg.seed}",
+        parent_run_id=parent_run_id,
+    )
+    run_dir = Path(cfg.output_dir) / tracker.run_id
+    metrics_path = run_dir / "metrics.parquet"
+    parquet = ParquetCallback(
+        metrics_path,
+        static={"run_id": tracker.run_id, "algorithm": cfg.algorithm, "seed": cfg.seed},
+    )
+    bar = ProgressCallback(enabled=progress)
+    engine = build_engine(cfg, data=data, callbacks=[tracker, parquet, bar])
+    if cfg.checkpoint_every:
+        engine.callbacks.callbacks.append(
+            _Checkpointer(engine, run_dir / "checkpoint.pt", cfg.checkpoint_every)
+        )
+    if resume_from is not None:
+        engine.load_checkpoint(resume_from)
+    try:
+        summary = engine.run()
+    except BaseException as exc:
+        bar.close()
+        parquet.write() if parquet.rows else None
+        tracker.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        raise
+    overlap = data.overlap
+    tracker.set_tags({f"partition.{k}": str(v) for k, v in overlap.items()})
+    tracker.log_artifact(metrics_path)
+    tracker.finish()
+    return {
+        **summary,
+        "run_id": tracker.run_id,
+        "metrics_path": str(metrics_path.resolve()),
+        "algorithm": cfg.algorithm,
+        "dataset": cfg.dataset,
+    }

@@ -1,0 +1,143 @@
+"""`fedsweep run` end to end: the real console script, a real sqlite MLflow store, Parquet."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+FEDSWEEP = shutil.which("fedsweep") or str(Path(sys.executable).parent / "fedsweep")
+
+
+def _cli(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    full_env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME"}
+    } | env
+    return subprocess.run(
+        [FEDSWEEP, *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=full_env
+    )
+
+
+def test_run_json_mlflow_and_parquet(tiny_config: dict, tmp_path: Path) -> None:
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_config | {"output_dir": "runs"}))
+    out = _cli(
+        [
+            "run",
+            str(cfg),
+            "--set",
+            "rounds=2",
+            "--set",
+            "optimizer.momentum=0.9",
+            "--set",
+            "workers=2",
+            "--json",
+        ],
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)  # stdout holds exactly one JSON document
+    assert out.stdout.count("\n") == 1
+    assert {
+        "accuracy",
+        "global_accuracy",
+        "rounds",
+        "seconds",
+        "run_id",
+        "metrics_path",
+        "bytes_up",
+        "bytes_down",
+    } <= set(doc)
+    assert 0 <= doc["accuracy"] <= 1 and 0 <= doc["global_accuracy"] <= 1
+    assert doc["rounds"] == 2
+
+    rows = pd.read_parquet(doc["metrics_path"])
+    assert list(rows["round"]) == [1, 2]
+    assert {
+        "accuracy",
+        "global_accuracy",
+        "round_bytes_up",
+        "round_seconds",
+        "bytes_up",
+        "seconds",
+        "run_id",
+    } <= set(rows.columns)
+    assert rows["accuracy"].iloc[-1] == pytest.approx(doc["accuracy"])
+
+    from mlflow.tracking import MlflowClient
+
+    assert (tmp_path / "mlflow.db").is_file()
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.get_run(doc["run_id"])
+    assert run.info.status == "FINISHED"
+    assert run.data.params["algorithm"] == "fedavg"
+    assert run.data.params["optimizer.momentum"] == "0.9"
+    assert run.data.params["partition.name"] == "dominant"
+    assert run.data.metrics["accuracy"] == pytest.approx(doc["accuracy"])
+    assert run.data.metrics["bytes_up"] == doc["bytes_up"]
+    for tag in ("fedsweep.version", "fedsweep.git_commit", "torch.version", "dataset.sha256"):
+        assert run.data.tags[tag]
+    history = client.get_metric_history(doc["run_id"], "round_seconds")
+    assert sorted(m.step for m in history) == [1, 2]
+    exp = client.get_experiment(run.info.experiment_id)
+    assert exp.name == "tests"  # from the config's `experiment`
+    found = client.search_runs([exp.experiment_id], "params.algorithm = 'fedavg'")
+    assert [r.info.run_id for r in found] == [doc["run_id"]]
+
+
+def test_experiment_name_falls_back_to_env(tiny_config: dict, tmp_path: Path) -> None:
+    raw = {k: v for k, v in tiny_config.items() if k != "experiment"}
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(yaml.safe_dump(raw | {"rounds": 1, "algorithm": "local"}))
+    out = _cli(["run", str(cfg), "--json"], tmp_path, MLFLOW_EXPERIMENT_NAME="from-env")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["global_accuracy"] is None and doc["bytes_up"] == 0
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.get_run(doc["run_id"])
+    assert client.get_experiment(run.info.experiment_id).name == "from-env"
+    assert "global_accuracy" not in run.data.metrics
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("lr=0", "lr"),
+        ("rounds=0", "rounds"),
+        ("client_fraction=2", "client_fraction"),
+        ("algorithm=nope", "algorithm"),
+        ("bogus=1", "bogus"),
+        ("dataset=mnist9", "dataset"),
+    ],
+)
+def test_bad_config_exits_2_and_writes_nothing(
+    tiny_config: dict, tmp_path: Path, override: str, needle: str
+) -> None:
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_config))
+    out = _cli(["run", str(cfg), "--set", override, "--json"], tmp_path)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert needle in out.stderr and "invalid config" in out.stderr
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "runs").exists()
+
+
+def test_list_prints_registered_names(tmp_path: Path) -> None:
+    out = _cli(["list", "algorithms"], tmp_path)
+    assert out.returncode == 0 and {"fedavg", "local"} <= set(out.stdout.split())
+    out = _cli(["list", "partitioners"], tmp_path)
+    assert set(out.stdout.split()) >= {"iid", "dirichlet", "pathological", "dominant"}
+    out = _cli(["list", "datasets"], tmp_path)
+    assert set(out.stdout.split()) >= {"fmnist", "emnist", "cifar10", "cifar100", "svhn", "cinic10"}
