@@ -9,9 +9,9 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 
 .PHONY: quickstart test install install-dev data lint format slow clean
 
-## quickstart: create .venv, install fedsweep, get Fashion-MNIST, run the main job
+## quickstart: create .venv, install fedsweep, get Fashion-MNIST, run the main job (a sweep)
 quickstart: install data
-	$(VENV)/bin/fedsweep run sweeps/configs/quickstart.yaml
+	$(VENV)/bin/fedsweep sweep sweeps/quickstart.yaml --set name=quickstart-$$(date +%Y%m%d-%H%M%S)
 
 ## test: install the dev extra and run lint, the import contract and the default test suite
 test: install-dev data

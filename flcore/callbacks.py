@@ -29,7 +29,8 @@ class RoundResult:
 
     Keys always present: ``round``, ``clients``, ``train_loss``, ``accuracy``, ``global_accuracy``,
     ``round_bytes_up``, ``round_bytes_down``, ``round_seconds``, ``bytes_up``, ``bytes_down``,
-    ``seconds`` (the last three cumulative over the run).
+    ``seconds`` (the last three cumulative over the run), and the algorithm's privacy metrics
+    (``epsilon``: inf without a DP mechanism, 0 for an algorithm that uploads nothing).
     """
 
     round: int

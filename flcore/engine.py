@@ -163,6 +163,7 @@ class Engine:
             "round_bytes_down": float(bytes_down),
             "round_seconds": seconds,
             **self.totals,
+            **alg.privacy_metrics(),
         }
         return RoundResult(r, tuple(ids), metrics, evaluate_now)
 
@@ -171,7 +172,13 @@ class Engine:
         last_eval = next((h for h in reversed(self.history) if h.evaluated), None)
         acc = last_eval.metrics["accuracy"] if last_eval else None
         gacc = last_eval.metrics["global_accuracy"] if last_eval else None
-        return {"accuracy": acc, "global_accuracy": gacc, "rounds": self.round, **self.totals}
+        return {
+            "accuracy": acc,
+            "global_accuracy": gacc,
+            "rounds": self.round,
+            **self.totals,
+            **self.algorithm.privacy_metrics(),
+        }
 
     # ----------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 from flcore.errors import UnknownNameError
+from flcore.plugins import load_plugins
 
 __all__ = ["Registry"]
 
@@ -35,7 +36,9 @@ class Registry(Generic[T]):
         return decorator
 
     def get(self, name: str) -> T:
-        """The entry registered as ``name``."""
+        """The entry registered as ``name`` (plugins are loaded before giving up)."""
+        if name not in self._entries:
+            load_plugins()
         try:
             return self._entries[name]
         except KeyError:
@@ -47,10 +50,13 @@ class Registry(Generic[T]):
         return factory(**kwargs)  # type: ignore[operator]
 
     def names(self) -> list[str]:
-        """Registered names, sorted."""
+        """Registered names (plugins included), sorted."""
+        load_plugins()
         return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
+        if name not in self._entries:
+            load_plugins()
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:

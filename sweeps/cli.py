@@ -6,6 +6,7 @@ import json
 import math
 import os
 import sys
+import contextlib
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
@@ -96,6 +97,115 @@ def run(
             _print_summary(result)
     except FedSweepError as exc:
         _fail(str(exc))
+
+
+@app.command()
+def sweep(
+    spec_path: Annotated[Path, typer.Argument(metavar="SWEEP.yaml", help="sweep spec")],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="override: key=value; base.* reaches the experiment"),
+    ] = None,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address, or 'auto'")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="finish an interrupted sweep")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="validate and print the plan; start nothing")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print one JSON document on stdout")
+    ] = False,
+) -> None:
+    """Run a multi-objective sweep: Ray Tune trials, Optuna search, MLflow parent/child runs."""
+    from sweeps.spec import load_spec
+    from sweeps.sweep import plan, run_sweep
+
+    try:
+        spec = load_spec(spec_path, set_ or [])
+    except FedSweepError as exc:
+        _fail(f"invalid sweep spec {spec_path}: {exc}")
+    if dry_run:
+        p = plan(spec, address=address)
+        if as_json:
+            typer.echo(json.dumps(p))
+        else:
+            _print_plan(p)
+        return
+    try:
+        if as_json:
+            with _stdout_to_stderr() as real_stdout:
+                summary = run_sweep(spec, resume=resume, address=address, verbose=0)
+            real_stdout.write(json.dumps(_jsonable_tree(summary)) + "\n")
+            real_stdout.flush()
+        else:
+            summary = run_sweep(spec, resume=resume, address=address)
+            _print_front(summary)
+    except FedSweepError as exc:
+        _fail(str(exc))
+
+
+@app.command()
+def export(
+    experiment: Annotated[str, typer.Option(help="MLflow experiment name")],
+    out: Annotated[Path, typer.Option(help="Parquet file to write")] = Path("results.parquet"),
+    parent_run_id: Annotated[str | None, typer.Option(help="only this sweep's trials")] = None,
+) -> None:
+    """Write one row per run (config, final metrics, status, durations) to Parquet."""
+    from sweeps.export import export_sweep
+    from sweeps.tracking import tracking_uri
+
+    try:
+        df = export_sweep(tracking_uri(), experiment, out=out, parent_run_id=parent_run_id)
+    except ValueError as exc:
+        _fail(str(exc))
+    if not len(df):
+        _fail(f"experiment {experiment!r} has no runs to export")
+    err_console.print(f"wrote {len(df)} runs to {out}")
+
+
+def _jsonable_tree(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable_tree(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable_tree(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, str):  # numpy / pandas scalars
+        with contextlib.suppress(AttributeError, ValueError):
+            value = value.item()
+    return _jsonable(value)
+
+
+def _print_plan(p: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"sweep plan: {p['sweep']} (dry run: nothing started)", show_header=False)
+    for key, value in p.items():
+        table.add_row(key, json.dumps(value) if isinstance(value, list | dict) else str(value))
+    Console().print(table)
+
+
+def _print_front(summary: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    trials = summary["trials"]
+    failed = sum(t["status"] != "FINISHED" for t in trials)
+    front = summary["pareto"]
+    cols = [k for k in (front[0] if front else {}) if k != "run_id"] + ["run_id"]
+    table = Table(
+        title=f"Pareto front of {summary['experiment']} ({len(front)} of "
+        f"{len(trials)} trials; {failed} failed)"
+    )
+    for col in cols:
+        table.add_column(col)
+    for row in front:
+        table.add_row(
+            *[f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in cols]
+        )
+    Console().print(table)
+    if summary.get("pareto_png"):
+        Console().print(f"Pareto plot: {summary['pareto_png']}")
+    Console().print(
+        f"results: {summary['results_parquet']}; MLflow parent run "
+        f"{summary['parent_run_id']} (fedsweep ui to browse)"
+    )
 
 
 def _print_summary(result: dict[str, Any]) -> None:

@@ -12,6 +12,10 @@ from flcore.callbacks import Callback, RoundResult, RunInfo
 __all__ = ["ProgressCallback"]
 
 
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
 class ProgressCallback(Callback):
     """Shows rounds done, time left and the latest accuracy."""
 
@@ -21,10 +25,12 @@ class ProgressCallback(Callback):
         self._progress: Progress | None = None
         self._task: Any = None
         self._acc = "-"
+        self._rounds = 0
 
     def on_run_start(self, info: RunInfo) -> None:
-        if not self.enabled:
-            return
+        self._rounds = info.rounds
+        if not self.enabled or not self.console.is_terminal:
+            return  # a log file gets one line per evaluated round instead (on_round_end)
         self._progress = Progress(
             TextColumn(f"[bold]{info.algorithm}[/]"),
             BarColumn(),
@@ -40,11 +46,19 @@ class ProgressCallback(Callback):
         )
 
     def on_round_end(self, result: RoundResult) -> None:
-        if self._progress is None:
-            return
         acc = result.metrics.get("accuracy")
         if acc is not None:
             self._acc = f"{acc:.4f}"
+        if self._progress is None:
+            if self.enabled and result.evaluated:
+                m = result.metrics
+                self.console.print(
+                    f"round {result.round}/{self._rounds}  accuracy {self._acc}  "
+                    f"global_accuracy {_fmt(m.get('global_accuracy'))}  "
+                    f"round_seconds {_fmt(m.get('round_seconds'), 2)}",
+                    highlight=False,
+                )
+            return
         self._progress.update(self._task, advance=1, acc=self._acc)
 
     def on_run_end(self, summary: dict[str, float | None]) -> None:

@@ -25,6 +25,7 @@ construction arguments of the algorithm, never server state.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -161,6 +162,18 @@ class Algorithm(ABC):
     name: ClassVar[str] = ""
     #: an algorithm that uploads nothing has no global model and nothing for an attack to see.
     uploads: ClassVar[bool] = True
+    #: metrics the engine reports for this algorithm (sweep objectives are checked against it).
+    reports: ClassVar[frozenset[str]] = frozenset(
+        {
+            "accuracy",
+            "global_accuracy",
+            "train_loss",
+            "bytes_up",
+            "bytes_down",
+            "seconds",
+            "epsilon",
+        }
+    )
     #: pydantic schema of ``algorithm_params``.
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
 
@@ -233,6 +246,12 @@ class Algorithm(ABC):
     def global_model(self) -> nn.Module | None:
         """The aggregated model evaluated on the global test set, or None if there is none."""
         return None
+
+    def privacy_metrics(self) -> dict[str, float]:
+        """The privacy spent so far. Without a DP mechanism nothing bounds what an uploading
+        algorithm releases, so epsilon is inf; an algorithm that uploads nothing spends 0.
+        DP mechanisms override this with their accountant's figure."""
+        return {"epsilon": math.inf if self.uploads else 0.0}
 
     @abstractmethod
     def state_dict(self) -> dict[str, Any]:

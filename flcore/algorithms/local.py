@@ -27,6 +27,7 @@ class LocalOnly(FedAvg):
 
     name = "local"
     uploads = False
+    reports = FedAvg.reports - {"global_accuracy"}
 
     def init_server(self) -> None:
         self._init = {

@@ -142,3 +142,10 @@ def test_local_only_uploads_nothing_and_keeps_client_models(tiny_config: dict) -
     states = engine.client_states
     assert not torch.equal(states[0]["head.weight"], states[1]["head.weight"])
     assert not math.isnan(rec.rounds[-1].metrics["train_loss"])
+
+
+def test_epsilon_is_inf_without_dp_and_zero_for_local(tiny_config: dict) -> None:
+    rec, _ = _run(tiny_config, rounds=1)
+    assert rec.rounds[0].metrics["epsilon"] == math.inf and rec.summary["epsilon"] == math.inf
+    rec, _ = _run(tiny_config, rounds=1, algorithm="local")
+    assert rec.rounds[0].metrics["epsilon"] == 0.0 and rec.summary["epsilon"] == 0.0

@@ -1,0 +1,115 @@
+"""MLflow runs -> one tidy table (one row per run), written with pyarrow.
+
+Columns: ``run_id``, ``run_name``, ``status``, ``algorithm``, ``dataset``, ``trial_id``,
+``sweep``, ``failure_reason``, ``start_time``, ``end_time``, ``duration_s``, the final value of
+every metric under its plain name (``accuracy``, ``epsilon`` ...), and the config as
+``params.<key>`` columns (``params.lr``, ``params.optimizer.momentum``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["runs_frame", "export_sweep"]
+
+_TAGS = {
+    "algorithm": "algorithm",
+    "dataset": "dataset",
+    "fedsweep.trial_id": "trial_id",
+    "fedsweep.sweep": "sweep",
+    "failure_reason": "failure_reason",
+    "mlflow.parentRunId": "parent_run_id",
+}
+
+
+def _coerce(value: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return {"True": True, "False": False, "None": None, "null": None}.get(value, value)
+
+
+def runs_frame(runs: list[Any]) -> pd.DataFrame:
+    """One row per MLflow run (``mlflow.entities.Run``)."""
+    rows = []
+    for run in runs:
+        info, data = run.info, run.data
+        row: dict[str, Any] = {
+            "run_id": info.run_id,
+            "run_name": info.run_name,
+            "status": info.status,
+            "start_time": pd.to_datetime(info.start_time, unit="ms", utc=True),
+            "end_time": pd.to_datetime(info.end_time, unit="ms", utc=True)
+            if info.end_time
+            else pd.NaT,
+        }
+        row["duration_s"] = (
+            (info.end_time - info.start_time) / 1000.0 if info.end_time else float("nan")
+        )
+        for tag, col in _TAGS.items():
+            row[col] = data.tags.get(tag)
+        if row["algorithm"] is None:
+            row["algorithm"] = data.params.get("algorithm")
+        if row["dataset"] is None:
+            row["dataset"] = data.params.get("dataset")
+        row.update({k: float(v) for k, v in data.metrics.items()})
+        row.update(
+            {
+                f"params.{k}": _coerce(v)
+                for k, v in data.params.items()
+                if k != "trial.search_params"
+            }
+        )
+        if "trial.search_params" in data.params:
+            row["search_params"] = data.params["trial.search_params"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def export_sweep(
+    uri: str,
+    experiment: str,
+    *,
+    out: str | Path | None = None,
+    parent_run_id: str | None = None,
+    filter_string: str = "",
+) -> pd.DataFrame:
+    """The runs of ``experiment`` (a sweep's children when ``parent_run_id`` is given; sweep
+    parent runs are never rows), optionally written to Parquet at ``out``.
+
+    Raises:
+        ValueError: the experiment does not exist.
+    """
+    from sweeps.tracking import mlflow_client
+
+    client = mlflow_client(uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        names = sorted(e.name for e in client.search_experiments())
+        raise ValueError(
+            f"unknown MLflow experiment {experiment!r} at {uri}; known: "
+            f"{', '.join(names) or '(none)'}"
+        )
+    filters = [f for f in (filter_string,) if f]
+    if parent_run_id:
+        filters.append(f"tags.mlflow.parentRunId = '{parent_run_id}'")
+    runs, token = [], None
+    while True:
+        page = client.search_runs(
+            [exp.experiment_id], " and ".join(filters), max_results=1000, page_token=token
+        )
+        runs.extend(r for r in page if r.data.tags.get("fedsweep.kind") != "sweep")
+        token = page.token
+        if not token:
+            break
+    df = runs_frame(runs)
+    if out is not None and len(df):
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        df.to_parquet(path, index=False, engine="pyarrow")
+    return df

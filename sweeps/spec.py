@@ -1,0 +1,221 @@
+"""The sweep spec: a YAML file validated, like run configs, before anything starts.
+
+Top-level keys: ``name``, ``base`` (an experiment config, inline or a path relative to the spec),
+``algorithms``, ``objectives``, ``seeds``, ``num_samples``, ``max_concurrent_trials``,
+``rounds_per_step``, ``resources``, ``scheduler``, ``sampler``, ``max_failures``, ``checkpoint``,
+``tracking``, ``storage`` and ``ray``. ``--set`` reaches every key, ``base.*`` included.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from flcore.config import ExperimentConfig, apply_overrides, parse_overrides, read_yaml
+from flcore.config import validate_config as validate_experiment
+from flcore.errors import ConfigError
+
+__all__ = ["SweepSpec", "ObjectiveSpec", "load_spec", "validate_spec"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ObjectiveSpec(_Strict):
+    """One objective: a metric, its direction, and the value to use where an algorithm cannot
+    report it (without ``missing`` such an algorithm is an error)."""
+
+    name: str
+    direction: Literal["max", "min"]
+    missing: float | None = None
+
+
+class ResourcesSpec(_Strict):
+    cpu: float = Field(1.0, gt=0)
+    gpu: float = Field(0.0, ge=0, description="a fraction such as 0.25 packs trials on a GPU")
+
+
+class SchedulerSpec(_Strict):
+    name: Literal["none", "asha"] = "none"
+    metric: str | None = None
+    mode: Literal["max", "min"] | None = None
+    grace_period: int = Field(1, ge=1)
+    reduction_factor: float = Field(2.0, gt=1)
+
+
+class SamplerSpec(_Strict):
+    name: Literal["tpe", "nsga2", "random"] = "tpe"
+    seed: int | None = 0
+    n_startup_trials: int = Field(4, ge=0)
+
+
+class CheckpointSpec(_Strict):
+    keep: int = Field(2, ge=1, description="checkpoints kept per trial")
+    every: int = Field(1, ge=1, description="steps between checkpoints")
+
+
+class TrackingSpec(_Strict):
+    uri: str | None = Field(
+        None, description="MLflow URI; default $MLFLOW_TRACKING_URI or sqlite:///<cwd>/mlflow.db"
+    )
+    experiment: str | None = None
+
+
+class StorageSpec(_Strict):
+    path: str = Field("sweeps_out", description="Ray Tune results, checkpoints, Optuna store")
+
+
+class RaySpec(_Strict):
+    address: str | None = Field(None, description="None: start a local Ray; 'auto' or host:port")
+    num_cpus: int | None = Field(None, ge=1)
+    num_gpus: int | None = Field(None, ge=0)
+
+
+class SweepSpec(_Strict):
+    """A validated sweep."""
+
+    name: str = Field("sweep", pattern=r"^[A-Za-z0-9_.-]+$")
+    base: ExperimentConfig
+    algorithms: list[str] = Field(min_length=1)
+    objectives: list[ObjectiveSpec] = Field(min_length=1)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    num_samples: int = Field(8, ge=1)
+    max_concurrent_trials: int = Field(2, ge=1)
+    rounds_per_step: int = Field(1, ge=1)
+    resources: ResourcesSpec = ResourcesSpec()
+    scheduler: SchedulerSpec = SchedulerSpec()
+    sampler: SamplerSpec = SamplerSpec()
+    max_failures: int = Field(2, ge=0)
+    checkpoint: CheckpointSpec = CheckpointSpec()
+    tracking: TrackingSpec = TrackingSpec()
+    storage: StorageSpec = StorageSpec()
+    ray: RaySpec = RaySpec()
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v) or any(s < 0 for s in v):
+            raise ValueError("seeds must be distinct and >= 0")
+        return v
+
+    @property
+    def steps(self) -> int:
+        """Tune iterations per trial: the base config's rounds in steps of rounds_per_step."""
+        return math.ceil(self.base.rounds / self.rounds_per_step)
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
+
+
+def _objectives(raw: Any) -> list[dict[str, Any]]:
+    """Accept ``{accuracy: max}``, ``[{name, direction, missing}]`` or ``["accuracy:max"]``."""
+    if isinstance(raw, Mapping):
+        out = []
+        for name, val in raw.items():
+            out.append(
+                {"name": name, **val}
+                if isinstance(val, Mapping)
+                else {"name": name, "direction": val}
+            )
+        return out
+    if isinstance(raw, list):
+        out = []
+        for item in raw:
+            if isinstance(item, str):
+                name, _, direction = item.partition(":")
+                out.append({"name": name.strip(), "direction": direction.strip()})
+            else:
+                out.append(item)
+        return out
+    raise ConfigError("objectives", "must be a mapping {metric: max|min} or a list")
+
+
+def validate_spec(raw: Mapping[str, Any], *, base_dir: Path | None = None) -> SweepSpec:
+    """Validate a raw spec; errors name the dotted key and are raised before any work."""
+    from flcore.algorithms import ALGORITHMS
+    from search_spaces import SPACES
+
+    raw = dict(raw)
+    base = raw.get("base", {})
+    if isinstance(base, str):
+        path = Path(base)
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        base = read_yaml(path)
+    base_overrides = raw.pop("_base_overrides", {})
+    try:
+        base_cfg = validate_experiment(apply_overrides(base or {}, base_overrides))
+    except ConfigError as exc:
+        raise ConfigError(
+            f"base.{exc.key}" if exc.key else "base", str(exc).split(": ", 1)[-1]
+        ) from None
+    if base_cfg.data_root is None:
+        from flcore.data import default_data_root
+
+        base_cfg = base_cfg.model_copy(update={"data_root": str(default_data_root())})
+    else:  # Ray changes each trial's working directory: make the root absolute now.
+        base_cfg = base_cfg.model_copy(
+            update={"data_root": str(Path(base_cfg.data_root).expanduser().resolve())}
+        )
+    raw["base"] = base_cfg
+    if "objectives" in raw:
+        raw["objectives"] = _objectives(raw["objectives"])
+    try:
+        spec = SweepSpec.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        raise ConfigError(
+            key,
+            f"{msg} (got {err.get('input')!r})"
+            if "input" in err and err["type"] != "extra_forbidden"
+            else msg,
+        ) from None
+    for i, alg in enumerate(spec.algorithms):
+        if alg not in ALGORITHMS:
+            raise ConfigError(
+                f"algorithms.{i}",
+                f"unknown algorithm {alg!r}; known: {', '.join(ALGORITHMS.names())}",
+            )
+        if alg not in SPACES:
+            raise ConfigError(f"algorithms.{i}", f"no search space for {alg!r} in search_spaces/")
+    for i, obj in enumerate(spec.objectives):
+        lacking = [a for a in spec.algorithms if obj.name not in ALGORITHMS.get(a).reports]
+        if lacking and obj.missing is None:
+            known = sorted(set().union(*(ALGORITHMS.get(a).reports for a in spec.algorithms)))
+            raise ConfigError(
+                f"objectives.{i}",
+                f"{', '.join(lacking)} cannot report {obj.name!r}; give the objective a "
+                f"'missing' value or drop it (metrics reported: {', '.join(known)})",
+            )
+    if len({o.name for o in spec.objectives}) != len(spec.objectives):
+        raise ConfigError("objectives", "an objective is listed twice")
+    if spec.scheduler.name == "asha":
+        if spec.scheduler.metric is None or spec.scheduler.mode is None:
+            raise ConfigError("scheduler", "asha needs a metric and a mode (one metric only)")
+        if spec.scheduler.metric not in {o.name for o in spec.objectives} | {"train_loss"}:
+            raise ConfigError("scheduler.metric", "must be an objective or train_loss")
+    if spec.sampler.name == "tpe" and spec.multi_objective:
+        pass  # TPE handles several objectives in Optuna >= 3.x; NSGA-II is the other choice
+    return spec
+
+
+def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> SweepSpec:
+    """Read a sweep YAML, apply ``--set`` overrides (``base.*`` reaches the experiment) and
+    validate it."""
+    path = Path(path)
+    raw = read_yaml(path)
+    parsed = parse_overrides(overrides)
+    base_over = {k[len("base.") :]: v for k, v in parsed.items() if k.startswith("base.")}
+    top_over = {k: v for k, v in parsed.items() if not k.startswith("base.")}
+    raw = apply_overrides(raw, top_over)
+    if base_over:
+        raw["_base_overrides"] = base_over
+    return validate_spec(raw, base_dir=path.parent)

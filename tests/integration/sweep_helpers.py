@@ -1,0 +1,94 @@
+"""Helpers for the sweep tests: a tiny spec on real FMNIST, the CLI as a subprocess, MLflow."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+FEDSWEEP = shutil.which("fedsweep") or str(Path(sys.executable).parent / "fedsweep")
+
+
+def tiny_spec(data_root: Path, **over: Any) -> dict[str, Any]:
+    spec = {
+        "name": "t",
+        "base": {
+            "experiment": "sweep-tests",
+            "dataset": "fmnist",
+            "data_root": str(data_root),
+            "num_clients": 4,
+            "samples_per_client": 100,
+            "test_samples_per_client": 100,
+            "rounds": 2,
+            "local_epochs": 1,
+            "eval_every": 1,
+            "partition": {"name": "dominant"},
+        },
+        "algorithms": ["fedavg", "local"],
+        "objectives": {"accuracy": "max", "bytes_up": "min"},
+        "num_samples": 2,
+        "max_concurrent_trials": 2,
+        "sampler": {"name": "random", "seed": 1},
+        "storage": {"path": "sweeps_out"},
+        "ray": {"num_cpus": 2},
+    }
+    spec.update(over)
+    return spec
+
+
+def write_spec(tmp: Path, spec: dict[str, Any]) -> Path:
+    path = tmp / "sweep.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def env(**extra: str) -> dict[str, str]:
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME"}
+    }
+    base["PYTHONPATH"] = str(ROOT) + os.pathsep + base.get("PYTHONPATH", "")
+    base["RAY_USAGE_STATS_ENABLED"] = "0"
+    return base | extra
+
+
+def cli(
+    args: list[str], cwd: Path, timeout: int = 600, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [FEDSWEEP, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env(**extra),
+    )
+
+
+def client(tmp: Path) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
+
+
+def child_runs(tmp: Path, experiment: str = "sweep-tests") -> list[Any]:
+    c = client(tmp)
+    exp = c.get_experiment_by_name(experiment)
+    runs = c.search_runs([exp.experiment_id], max_results=1000)
+    return [r for r in runs if r.data.tags.get("fedsweep.kind") != "sweep"]
+
+
+def study_states(tmp: Path, name: str = "t") -> list[str]:
+    import optuna
+
+    study = optuna.load_study(
+        study_name=name, storage=f"sqlite:///{tmp / 'sweeps_out' / 'optuna.db'}"
+    )
+    return [t.state.name for t in study.trials]
