@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import sys
-import contextlib
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
