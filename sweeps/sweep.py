@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,7 @@ def _sampler(spec: SweepSpec, seed_offset: int) -> Any:
     if s.name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(
-        seed=seed, n_startup_trials=s.n_startup_trials, multivariate=True
+        seed=seed, n_startup_trials=s.n_startup_trials, multivariate=True, group=True
     )
 
 
@@ -181,6 +182,7 @@ def run_sweep(
         trial_params=_TrialParams(base.model_dump(mode="json")),
     )
 
+    ray_start = time.perf_counter()
     if not ray.is_initialized():
         if address:
             ray.init(address=address, log_to_driver=verbose > 1)
@@ -191,6 +193,7 @@ def run_sweep(
                 include_dashboard=False,
                 log_to_driver=verbose > 1,
             )
+    ray_init_seconds = time.perf_counter() - ray_start
     try:
         if resume and (paths.tune_dir / "tuner.pkl").is_file():
             tuner = tune.Tuner.restore(
@@ -269,6 +272,7 @@ def run_sweep(
         client.log_artifact(parent_id, summary["pareto_png"])
     client.set_terminated(parent_id, status="KILLED" if interrupted else "FINISHED")
     summary["interrupted"] = interrupted
+    summary["ray_init_seconds"] = ray_init_seconds
     return summary
 
 

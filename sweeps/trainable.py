@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,21 @@ def trial_experiment_config(config: dict[str, Any], base: ExperimentConfig) -> E
     return validate_config(apply_overrides(raw, overrides_for(algorithm, config)))
 
 
+def _process_age() -> float:
+    """Seconds since this process started (Linux /proc), NaN where that is unknown."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        start_ticks = int(fields[19])  # field 22 of stat(5): starttime, in clock ticks
+        boot = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime")
+        )
+        return time.time() - (boot + start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return math.nan
+
+
 class FLTrainable(tune.Trainable):
     """Runs one configuration for every seed; ``setup`` gets the spec pieces through
     ``tune.with_parameters``."""
@@ -79,6 +95,8 @@ class FLTrainable(tune.Trainable):
             cfg = self.exp_config.model_copy(update={"seed": seed})
             self.engines.append(build_engine(cfg, data=build_data(cfg)))
         self._latest: list[dict[str, float | None]] = [{} for _ in self.seeds]
+        # From process start (interpreter, imports, data, engines) to ready: the per-trial cost.
+        self._startup_s = _process_age()
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         return False  # a new configuration needs new engines; Ray then builds a new actor
@@ -117,6 +135,7 @@ class FLTrainable(tune.Trainable):
             "node_id": ray.get_runtime_context().get_node_id(),
             "device": self.exp_config.device,
             "algorithm": self.exp_config.algorithm,
+            "startup_seconds": self._startup_s,
         }
         keys = set(REPORTED) | set(self.missing)
         for key in sorted(keys):

@@ -168,7 +168,9 @@ def test_missing_value_makes_an_unreportable_objective_legal(
 def test_export_writes_one_row_per_trial_and_rejects_unknown_experiments(
     data_root: Path, tmp_path: Path
 ) -> None:
-    path = write_spec(tmp_path, tiny_spec(data_root, algorithms=["local"], num_samples=1))
+    spec = tiny_spec(data_root, algorithms=["local"], num_samples=1,
+                     scheduler={"name": "asha", "metric": "accuracy", "mode": "max"})
+    path = write_spec(tmp_path, spec)
     assert cli(["sweep", str(path)], tmp_path).returncode == 0
     out = cli(["export", "--experiment", "sweep-tests", "--out", "res.parquet"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -1,0 +1,67 @@
+"""Every registered algorithm passes flcore.testing.algorithm_contract on real FMNIST."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flcore.algorithms import ALGORITHMS
+from flcore.config import validate_config
+from flcore.experiment import build_data
+from flcore.testing import algorithm_contract as contract
+
+
+@pytest.fixture(scope="module")
+def small(data_root: Path):  # type: ignore[no-untyped-def]
+    raw = {
+        "dataset": "fmnist",
+        "data_root": str(data_root),
+        "num_clients": 3,
+        "samples_per_client": 60,
+        "test_samples_per_client": 60,
+        "rounds": 2,
+        "local_epochs": 1,
+        "batch_size": 20,
+        "lr": 0.05,
+        "eval_every": 1,
+        "seed": 5,
+        "workers": 1,
+        "client_fraction": 0.67,
+    }
+    return raw, build_data(validate_config(raw))
+
+
+ALL = ALGORITHMS.names()
+
+
+@pytest.mark.parametrize("algorithm", ALL)
+def test_determinism(algorithm: str, small) -> None:  # type: ignore[no-untyped-def]
+    raw, data = small
+    contract.check_determinism(validate_config(raw | {"algorithm": algorithm}), data)
+
+
+@pytest.mark.parametrize("algorithm", ALL)
+def test_checkpoint_round_trip(algorithm: str, small, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    raw, data = small
+    contract.check_checkpoint_round_trip(
+        validate_config(raw | {"algorithm": algorithm}), data, tmp_path / "c.pt"
+    )
+
+
+@pytest.mark.parametrize("algorithm", ALL)
+def test_what_leaves_the_client(algorithm: str, small) -> None:  # type: ignore[no-untyped-def]
+    raw, data = small
+    contract.check_uploads(validate_config(raw | {"algorithm": algorithm}), data)
+
+
+@pytest.mark.parametrize("algorithm", ALL)
+def test_local_update_runs_in_a_fresh_worker(algorithm: str, small) -> None:  # type: ignore[no-untyped-def]
+    raw, data = small
+    contract.check_worker_safety(validate_config(raw | {"algorithm": algorithm}), data)
+
+
+@pytest.mark.parametrize("algorithm", ALL)
+def test_declared_reports_are_measured(algorithm: str, small) -> None:  # type: ignore[no-untyped-def]
+    raw, data = small
+    contract.check_reports(validate_config(raw | {"algorithm": algorithm}), data)
