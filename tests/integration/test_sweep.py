@@ -168,8 +168,12 @@ def test_missing_value_makes_an_unreportable_objective_legal(
 def test_export_writes_one_row_per_trial_and_rejects_unknown_experiments(
     data_root: Path, tmp_path: Path
 ) -> None:
-    spec = tiny_spec(data_root, algorithms=["local"], num_samples=1,
-                     scheduler={"name": "asha", "metric": "accuracy", "mode": "max"})
+    spec = tiny_spec(
+        data_root,
+        algorithms=["local"],
+        num_samples=1,
+        scheduler={"name": "asha", "metric": "accuracy", "mode": "max"},
+    )
     path = write_spec(tmp_path, spec)
     assert cli(["sweep", str(path)], tmp_path).returncode == 0
     out = cli(["export", "--experiment", "sweep-tests", "--out", "res.parquet"], tmp_path)
