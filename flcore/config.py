@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from flcore.errors import ConfigError
 
@@ -23,6 +30,7 @@ __all__ = [
     "ExperimentConfig",
     "PartitionConfig",
     "OptimizerConfig",
+    "PrivacyConfig",
     "load_config",
     "apply_overrides",
     "parse_overrides",
@@ -52,6 +60,29 @@ class OptimizerConfig(_Strict):
     weight_decay: float = Field(5e-4, ge=0)
 
 
+class PrivacyConfig(_Strict):
+    """Differential privacy of an experiment. Give ``noise_multiplier`` or ``target_epsilon``.
+
+    ``mechanism``: ``dpsgd`` (record-level DP-SGD at each client, ISRL-DP) or ``client``
+    (client-level DP). The record sampling rate of DP-SGD is ``batch_size / n_i``; the
+    config's ``client_fraction`` is clients per round (the sampling rate of client-level DP).
+    """
+
+    mechanism: Literal["dpsgd", "client"] = "dpsgd"
+    noise_multiplier: float | None = Field(None, ge=0)
+    target_epsilon: float | None = Field(None, gt=0)
+    delta: float = Field(1e-5, gt=0, lt=1)
+    clip: float = Field(0.04, gt=0, description="per-sample (dpsgd) or per-update (client) norm")
+    accountant: Literal["rdp", "prv", "pld"] = "rdp"
+    max_noise_multiplier: float = Field(100.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> PrivacyConfig:
+        if (self.noise_multiplier is None) == (self.target_epsilon is None):
+            raise ValueError("give exactly one of noise_multiplier and target_epsilon")
+        return self
+
+
 class ExperimentConfig(_Strict):
     """One FL experiment. Defaults are HyperFL's Fashion-MNIST setup (appendix D.1)."""
 
@@ -76,6 +107,7 @@ class ExperimentConfig(_Strict):
     partition: PartitionConfig = PartitionConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
     algorithm_params: dict[str, Any] = Field(default_factory=dict)
+    privacy: PrivacyConfig | None = None
     output_dir: str = "runs"
     checkpoint_every: int = Field(0, ge=0, description="rounds between checkpoints; 0: never")
 
@@ -148,7 +180,21 @@ def _check_names(cfg: ExperimentConfig) -> None:
         n_cls = DATASET_INFO[cfg.dataset].num_classes
         if cfg.partition.k > n_cls:
             raise ConfigError("partition.k", f"must be <= {n_cls} classes of {cfg.dataset}")
-    ALGORITHMS.get(cfg.algorithm).validate_params(cfg.algorithm_params)
+    alg = ALGORITHMS.get(cfg.algorithm)
+    alg.validate_params(cfg.algorithm_params)
+    if cfg.privacy is not None and cfg.privacy.mechanism not in alg.privacy_mechanisms:
+        supported = ", ".join(sorted(alg.privacy_mechanisms)) or "none"
+        raise ConfigError(
+            "privacy.mechanism",
+            f"{cfg.algorithm} cannot run with {cfg.privacy.mechanism!r} (supported: {supported})",
+        )
+    if alg.requires_privacy and cfg.privacy is None:
+        raise ConfigError(
+            "privacy",
+            f"{cfg.algorithm} needs a privacy mapping, e.g. "
+            f"{{mechanism: {alg.requires_privacy}, target_epsilon: 4, delta: 1e-5, "
+            f"clip: 0.04}}",
+        )
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:

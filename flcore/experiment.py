@@ -2,14 +2,55 @@
 
 from __future__ import annotations
 
+import math
+
 from flcore.algorithms import ALGORITHMS, LocalTraining, ModelSpec
 from flcore.callbacks import Callback
 from flcore.config import ExperimentConfig
 from flcore.data import FederatedData, build_federated_data, load_dataset
 from flcore.engine import Engine
 from flcore.executor import AlgorithmFactory
+from flcore.privacy.accounting import calibrate_history
+from flcore.privacy.settings import PrivacySettings
 
-__all__ = ["build_data", "build_engine"]
+__all__ = ["build_data", "build_engine", "resolve_privacy"]
+
+
+def resolve_privacy(cfg: ExperimentConfig, data: FederatedData) -> PrivacySettings | None:
+    """The noise multiplier for ``cfg.privacy``: as given, or calibrated for its target epsilon
+    over the whole run before any training (a target that cannot be met is an error now).
+
+    DP-SGD is calibrated for the worst client: the highest record sampling rate (smallest
+    client) and the most steps (largest client), in every round. Client-level DP composes
+    ``rounds`` releases at ``max(1, int(fraction N)) / N``, the last at 1 when it is forced full.
+    """
+    p = cfg.privacy
+    if p is None:
+        return None
+    sigma = p.noise_multiplier
+    if sigma is None:
+        assert p.target_epsilon is not None
+        if p.mechanism == "dpsgd":
+            sizes = data.train.sizes
+            q = min(1.0, cfg.batch_size / min(sizes))
+            steps = cfg.rounds * cfg.local_epochs * math.ceil(max(sizes) / cfg.batch_size)
+            schedule = [(q, steps)]
+        else:
+            n = cfg.num_clients
+            q = max(1, int(cfg.client_fraction * n)) / n
+            full_last = cfg.full_last_round and q < 1
+            schedule = [(q, cfg.rounds - int(full_last))] + ([(1.0, 1)] if full_last else [])
+            schedule = [(a, b) for a, b in schedule if b > 0]
+        sigma = calibrate_history(
+            p.target_epsilon,
+            p.delta,
+            schedule,
+            accountant=p.accountant,
+            max_noise_multiplier=p.max_noise_multiplier,
+        )
+    return PrivacySettings(
+        p.mechanism, float(sigma), p.clip, p.delta, p.accountant, p.target_epsilon
+    )
 
 
 def build_data(cfg: ExperimentConfig) -> FederatedData:
@@ -51,6 +92,8 @@ def build_engine(
         weight_decay=cfg.optimizer.weight_decay,
     )
     params = ALGORITHMS.get(cfg.algorithm).validate_params(cfg.algorithm_params)
+    privacy = resolve_privacy(cfg, data)
+    privacy = resolve_privacy(cfg, data)
     factory = AlgorithmFactory(
         cfg.algorithm,
         {
@@ -60,6 +103,7 @@ def build_engine(
             "params": params,
             "seed": cfg.seed,
             "device": cfg.device,
+            "privacy": privacy,
         },
     )
     return Engine(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from search_spaces import dp as _dp  # noqa: F401  (registers)
 from search_spaces import fedavg as _fedavg  # noqa: F401  (registers)
 from search_spaces.base import SPACES, overrides_for, param_name
 

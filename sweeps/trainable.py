@@ -137,7 +137,9 @@ class FLTrainable(tune.Trainable):
             "algorithm": self.exp_config.algorithm,
             "startup_seconds": self._startup_s,
         }
-        keys = set(REPORTED) | set(self.missing)
+        # every metric any seed has measured so far (DP runs add delta, noise_multiplier)
+        keys = set(REPORTED) | set(self.missing) | set().union(*self._latest)
+        keys -= {"round", "clients"}
         for key in sorted(keys):
             values = [lat.get(key) for lat in self._latest]
             if any(v is None for v in values):

@@ -39,6 +39,7 @@ from torch import nn
 from flcore.data import ArrayDataset, DatasetInfo
 from flcore.errors import ConfigError
 from flcore.models import SplitModel, build_model
+from flcore.privacy.settings import PrivacySettings
 from flcore.registry import Registry
 
 __all__ = [
@@ -157,6 +158,7 @@ class Algorithm(ABC):
         params: this algorithm's validated ``algorithm_params``.
         seed: the experiment seed (for the server's initial model).
         device: torch device for computation.
+        privacy: resolved DP settings (noise multiplier known), or None.
     """
 
     name: ClassVar[str] = ""
@@ -174,6 +176,10 @@ class Algorithm(ABC):
             "epsilon",
         }
     )
+    #: privacy mechanisms this algorithm can run with (``privacy.mechanism`` values).
+    privacy_mechanisms: ClassVar[frozenset[str]] = frozenset()
+    #: a mechanism this algorithm cannot run without (its DP variants).
+    requires_privacy: ClassVar[str | None] = None
     #: pydantic schema of ``algorithm_params``.
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
 
@@ -186,7 +192,9 @@ class Algorithm(ABC):
         params: AlgorithmParams | Mapping[str, Any] | None = None,
         seed: int = 0,
         device: str = "cpu",
+        privacy: PrivacySettings | None = None,
     ) -> None:
+        self.privacy = privacy
         self.model_spec = model_spec
         self.training = training
         self.num_clients = num_clients

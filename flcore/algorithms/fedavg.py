@@ -10,6 +10,12 @@ Setup follows HyperFL's baseline (Guo et al., AAAI 2025, appendix D.1, and the a
 SGD with momentum 0.5 and weight decay 5e-4, a fresh optimizer every round, batch 50, 5 epochs.
 The client uploads its whole model (weights, not deltas); ``accuracy`` is that model on the
 client's own test set right after local training, as in the authors' evaluation.
+
+Privacy is a hook, not a copy: with ``privacy.mechanism: dpsgd`` local training runs DP-SGD
+(flcore.privacy.dpsgd) and the server keeps each client's accountant (ISRL-DP); with
+``privacy.mechanism: client`` the aggregation becomes clipped-sum-plus-noise
+(flcore.privacy.client_level). ``dp_fedavg`` and ``dp_fedavg_client`` are this class with the
+mechanism required.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -30,6 +37,9 @@ from flcore.algorithms.base import (
     seeded,
 )
 from flcore.algorithms.training import evaluate, make_optimizer, train_epochs
+from flcore.privacy.client_level import ClientLevelDP
+from flcore.privacy.dpsgd import DPSGD
+from flcore.privacy.isrl import PerClientAccounting
 
 __all__ = ["FedAvg"]
 
@@ -39,34 +49,72 @@ class FedAvg(Algorithm):
     """Federated averaging of whole models, weighted by client sample counts."""
 
     name = "fedavg"
+    privacy_mechanisms = frozenset({"dpsgd", "client"})
 
     def init_server(self) -> None:
         self.model = seeded((self.seed, 0x1417), self.model_spec).to(self.device)
         self._mean: WeightedMean | None = None
+        p, t = self.privacy, self.training
+        self._record_dp = (
+            PerClientAccounting(p, epochs=t.epochs, batch_size=t.batch_size)
+            if p is not None and p.mechanism == "dpsgd"
+            else None
+        )
+        self._client_dp = (
+            ClientLevelDP(p, self.num_clients)
+            if p is not None and p.mechanism == "client"
+            else None
+        )
 
     def broadcast(self, round: int, client_id: int) -> dict[str, torch.Tensor]:
         return dict(self.model.state_dict())
 
     def begin_round(self, round: int, client_ids: list[int]) -> None:
-        self._mean = WeightedMean()
+        self._round = round
+        if self._client_dp is not None:
+            self._client_dp.begin(self.model.state_dict())
+        else:
+            self._mean = WeightedMean()
 
     def accumulate(self, result: ClientResult) -> None:
+        if self._record_dp is not None:
+            self._record_dp.record(result.client_id, result.num_samples)
+        if self._client_dp is not None:
+            self._client_dp.add(result.upload)
+            return
         assert self._mean is not None, "begin_round was not called"
         self._mean.add(result.upload, float(result.num_samples))
 
     def end_round(self, round: int) -> None:
+        if self._client_dp is not None:
+            noise = torch.Generator().manual_seed(
+                int(np.random.SeedSequence([self.seed, 0xD9, round]).generate_state(1)[0])
+            )
+            self.model.load_state_dict(self._client_dp.result(noise))
+            return
         assert self._mean is not None, "begin_round was not called"
         self.model.load_state_dict(self._mean.result())
         self._mean = None
+
+    def privacy_metrics(self) -> dict[str, float]:
+        dp = self._record_dp or self._client_dp
+        return dp.metrics() if dp is not None else super().privacy_metrics()
 
     def global_model(self) -> nn.Module | None:
         return self.model
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": {k: v.clone() for k, v in self.model.state_dict().items()}}
+        dp = self._record_dp or self._client_dp
+        return {
+            "model": {k: v.clone() for k, v in self.model.state_dict().items()},
+            "privacy": dp.state_dict() if dp is not None else None,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
+        dp = self._record_dp or self._client_dp
+        if dp is not None:
+            dp.load_state_dict(state["privacy"])
 
     # ------------------------------------------------------------------ client side
     def client_model(self) -> nn.Module:
@@ -85,6 +133,13 @@ class FedAvg(Algorithm):
             momentum=t.momentum,
             weight_decay=t.weight_decay,
         )
+        hooks = {}
+        if self.privacy is not None and self.privacy.mechanism == "dpsgd":
+            dp = DPSGD(self.privacy.noise_multiplier, self.privacy.clip, t.batch_size)
+            hooks = {
+                "sampler": dp.batches,
+                "backward": dp.make_backward(len(data.train), generator),
+            }
         return train_epochs(
             model,
             data.train,
@@ -94,6 +149,7 @@ class FedAvg(Algorithm):
             batch_size=t.batch_size,
             generator=generator,
             device=self.device,
+            **hooks,
         )
 
     def local_update(

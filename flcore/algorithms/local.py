@@ -14,7 +14,14 @@ from typing import Any
 
 import torch
 
-from flcore.algorithms.base import ALGORITHMS, ClientData, ClientResult, ClientTask, seeded
+from flcore.algorithms.base import (
+    ALGORITHMS,
+    Algorithm,
+    ClientData,
+    ClientResult,
+    ClientTask,
+    seeded,
+)
 from flcore.algorithms.fedavg import FedAvg
 from flcore.algorithms.training import evaluate
 
@@ -28,6 +35,7 @@ class LocalOnly(FedAvg):
     name = "local"
     uploads = False
     reports = FedAvg.reports - {"global_accuracy"}
+    privacy_mechanisms = frozenset()  # nothing leaves the client: there is nothing to protect
 
     def init_server(self) -> None:
         self._init = {
@@ -52,6 +60,9 @@ class LocalOnly(FedAvg):
 
     def global_model(self) -> None:
         return None
+
+    def privacy_metrics(self) -> dict[str, float]:
+        return Algorithm.privacy_metrics(self)  # epsilon 0: nothing is released
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -68,17 +68,23 @@ def train_epochs(
     generator: torch.Generator,
     loss_fn: LossFn = cross_entropy,
     backward: BackwardFn = standard_backward,
+    sampler: Callable[[int, int, torch.Generator], Iterator[torch.Tensor]] = None,  # type: ignore[assignment]
     max_grad_norm: float | None = None,
     device: torch.device | None = None,
 ) -> float:
-    """Train ``model`` for ``epochs`` passes over ``data``; returns the mean training loss."""
+    """Train ``model`` for ``epochs`` passes over ``data``; returns the mean training loss.
+
+    ``sampler(n, batch_size, generator)`` yields one epoch of index batches (default: a
+    shuffled pass, as a DataLoader); DP-SGD swaps in Poisson sampling and its ``backward``.
+    """
+    sampler = sampler or batches
     device = device or torch.device("cpu")
     x_all = normalize(data.images, info).to(device)
     y_all = data.labels.to(device)
     model.train()
     total, steps = torch.zeros((), device=device), 0
     for _ in range(epochs):
-        for idx in batches(len(y_all), batch_size, generator):
+        for idx in sampler(len(y_all), batch_size, generator):
             idx = idx.to(device)
             optimizer.zero_grad(set_to_none=True)
             loss = backward(model, x_all[idx], y_all[idx], loss_fn)

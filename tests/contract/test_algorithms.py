@@ -34,34 +34,44 @@ def small(data_root: Path):  # type: ignore[no-untyped-def]
 
 ALL = ALGORITHMS.names()
 
+#: what an algorithm that cannot run without DP gets in these contract runs
+PRIVACY = {
+    "dpsgd": {"mechanism": "dpsgd", "noise_multiplier": 1.0, "clip": 1.0},
+    "client": {"mechanism": "client", "noise_multiplier": 0.5, "clip": 1.0},
+}
+
+
+def _cfg(raw: dict, algorithm: str):  # type: ignore[no-untyped-def]
+    needs = ALGORITHMS.get(algorithm).requires_privacy
+    extra = {"privacy": PRIVACY[needs]} if needs else {}
+    return validate_config(raw | {"algorithm": algorithm} | extra)
+
 
 @pytest.mark.parametrize("algorithm", ALL)
 def test_determinism(algorithm: str, small) -> None:  # type: ignore[no-untyped-def]
     raw, data = small
-    contract.check_determinism(validate_config(raw | {"algorithm": algorithm}), data)
+    contract.check_determinism(_cfg(raw, algorithm), data)
 
 
 @pytest.mark.parametrize("algorithm", ALL)
 def test_checkpoint_round_trip(algorithm: str, small, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     raw, data = small
-    contract.check_checkpoint_round_trip(
-        validate_config(raw | {"algorithm": algorithm}), data, tmp_path / "c.pt"
-    )
+    contract.check_checkpoint_round_trip(_cfg(raw, algorithm), data, tmp_path / "c.pt")
 
 
 @pytest.mark.parametrize("algorithm", ALL)
 def test_what_leaves_the_client(algorithm: str, small) -> None:  # type: ignore[no-untyped-def]
     raw, data = small
-    contract.check_uploads(validate_config(raw | {"algorithm": algorithm}), data)
+    contract.check_uploads(_cfg(raw, algorithm), data)
 
 
 @pytest.mark.parametrize("algorithm", ALL)
 def test_local_update_runs_in_a_fresh_worker(algorithm: str, small) -> None:  # type: ignore[no-untyped-def]
     raw, data = small
-    contract.check_worker_safety(validate_config(raw | {"algorithm": algorithm}), data)
+    contract.check_worker_safety(_cfg(raw, algorithm), data)
 
 
 @pytest.mark.parametrize("algorithm", ALL)
 def test_declared_reports_are_measured(algorithm: str, small) -> None:  # type: ignore[no-untyped-def]
     raw, data = small
-    contract.check_reports(validate_config(raw | {"algorithm": algorithm}), data)
+    contract.check_reports(_cfg(raw, algorithm), data)

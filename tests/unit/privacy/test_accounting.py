@@ -1,0 +1,139 @@
+"""Accounting goes through the libraries; calibration round-trips; bad input is refused."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flcore.errors import ConfigError
+from flcore.privacy.accounting import Accountant, calibrate_noise, compute_epsilon
+
+FEDSWEEP = str(Path(sys.executable).parent / "fedsweep")
+
+
+def test_rdp_matches_opacus_and_pld_matches_dp_accounting() -> None:
+    from dp_accounting import dp_event
+    from dp_accounting.pld import pld_privacy_accountant
+    from opacus.accountants import RDPAccountant
+
+    ref = RDPAccountant()
+    ref.history = [(1.1, 0.01, 1000)]
+    ours = compute_epsilon([(1.1, 0.01, 1000)], 1e-5, "rdp")
+    assert ours <= ref.get_epsilon(1e-5) + 1e-9  # extra orders can only tighten
+    assert ours == pytest.approx(ref.get_epsilon(1e-5), rel=0.05)
+    pld = pld_privacy_accountant.PLDAccountant()
+    pld.compose(dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.1)), 1000)
+    assert compute_epsilon([(1.1, 0.01, 1000)], 1e-5, "pld") == pytest.approx(pld.get_epsilon(1e-5))
+
+
+def test_cli_epsilon_equals_the_library_value() -> None:
+    from opacus.accountants import RDPAccountant
+
+    from flcore.privacy.accounting import RDP_ORDERS
+
+    out = subprocess.run(
+        [
+            FEDSWEEP,
+            "privacy",
+            "epsilon",
+            "--noise-multiplier",
+            "10.625",
+            "--sample-rate",
+            "0.0833333",
+            "--steps",
+            "12000",
+            "--delta",
+            "1e-5",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    ref = RDPAccountant()
+    ref.history = [(10.625, 0.0833333, 12000)]
+    assert doc == {
+        "epsilon": pytest.approx(ref.get_epsilon(1e-5, alphas=RDP_ORDERS)),
+        "delta": 1e-5,
+        "accountant": "rdp",
+    }
+    # the paper's setting: epsilon 4 needs sigma ~ 10.6 over 12,000 steps at q = 1/12
+    assert 3.9 < doc["epsilon"] <= 4.0
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_calibration_round_trips(accountant: str) -> None:
+    sigma = calibrate_noise(4.0, 1e-5, 1 / 12, 2400, accountant=accountant)
+    assert compute_epsilon([(sigma, 1 / 12, 2400)], 1e-5, accountant) <= 4.0
+    assert compute_epsilon([(0.95 * sigma, 1 / 12, 2400)], 1e-5, accountant) > 4.0
+
+
+def test_cli_sigma_round_trips() -> None:
+    out = subprocess.run(
+        [
+            FEDSWEEP,
+            "privacy",
+            "sigma",
+            "--epsilon",
+            "2",
+            "--sample-rate",
+            "0.05",
+            "--steps",
+            "500",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    sigma = json.loads(out.stdout)["noise_multiplier"]
+    assert (
+        compute_epsilon([(sigma, 0.05, 500)], 1e-5)
+        <= 2.0
+        < compute_epsilon([(0.95 * sigma, 0.05, 500)], 1e-5)
+    )
+
+
+@pytest.mark.parametrize(
+    ("call", "key"),
+    [
+        (lambda: calibrate_noise(0, 1e-5, 0.1, 10), "target_epsilon"),
+        (lambda: calibrate_noise(-1, 1e-5, 0.1, 10), "target_epsilon"),
+        (lambda: calibrate_noise(1, 0, 0.1, 10), "delta"),
+        (lambda: calibrate_noise(1, 1, 0.1, 10), "delta"),
+        (lambda: compute_epsilon([(-0.5, 0.1, 10)], 1e-5), "noise_multiplier"),
+        (lambda: compute_epsilon([(1.0, 1.5, 10)], 1e-5), "sample_rate"),
+        (lambda: compute_epsilon([(1.0, 0.1, 10)], 1e-5, "gdp"), "accountant"),
+        (
+            lambda: calibrate_noise(0.01, 1e-5, 1.0, 10000, max_noise_multiplier=100),
+            "target_epsilon",
+        ),
+    ],
+)
+def test_bad_privacy_input_is_refused(call, key: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError) as info:
+        call()
+    assert info.value.key == key
+
+
+def test_no_noise_is_infinite_epsilon_and_nothing_is_zero() -> None:
+    assert compute_epsilon([(0.0, 0.1, 10)], 1e-5) == math.inf
+    assert compute_epsilon([], 1e-5) == 0.0
+
+
+def test_accountant_state_round_trips_and_merges_steps() -> None:
+    acc = Accountant("rdp")
+    acc.step(1.0, 0.1, 5)
+    acc.step(1.0, 0.1, 7)
+    acc.step(1.0, 1.0, 1)
+    assert acc.history == [(1.0, 0.1, 12), (1.0, 1.0, 1)] and acc.steps == 13
+    other = Accountant("rdp")
+    other.load_state_dict(acc.state_dict())
+    assert other.epsilon(1e-5) == acc.epsilon(1e-5)

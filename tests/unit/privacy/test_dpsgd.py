@@ -1,0 +1,86 @@
+"""DP-SGD on real FMNIST samples and the paper's CNN."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from flcore.algorithms.training import train_epochs
+from flcore.data import ArrayDataset, normalize
+from flcore.models import build_model
+from flcore.privacy.dpsgd import DPSGD, clip_per_sample, per_sample_gradients
+
+
+def _batch(fmnist, n: int = 8):  # type: ignore[no-untyped-def]
+    x = normalize(fmnist.train.images[:n], fmnist.info)
+    return x, fmnist.train.labels[:n]
+
+
+def test_per_sample_gradients_equal_a_per_example_loop(fmnist) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    model = build_model("cnn_fmnist", num_classes=10, in_channels=1)
+    x, y = _batch(fmnist)
+    fast = per_sample_gradients(model, x, y)
+    for i in range(len(y)):
+        model.zero_grad()
+        F.cross_entropy(model(x[i : i + 1]), y[i : i + 1]).backward()
+        for name, p in model.named_parameters():
+            torch.testing.assert_close(fast[name][i], p.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_clipped_norms_stay_within_the_bound(fmnist) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(1)
+    model = build_model("cnn_fmnist", num_classes=10, in_channels=1)
+    x, y = _batch(fmnist, 16)
+    grads = per_sample_gradients(model, x, y)
+    raw_norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads.values()))
+    clip = float(raw_norms.median())  # half the samples get clipped
+    assert (raw_norms > clip).any() and (raw_norms < clip).any()
+    for i in range(16):
+        one = {k: g[i : i + 1] for k, g in grads.items()}
+        clipped = clip_per_sample(one, clip)
+        norm = torch.sqrt(sum(c.pow(2).sum() for c in clipped.values()))
+        assert norm <= clip * (1 + 1e-5)
+        if raw_norms[i] < clip:  # unclipped samples are untouched
+            torch.testing.assert_close(norm, raw_norms[i])
+    total = clip_per_sample(grads, clip)
+    assert torch.sqrt(sum(t.pow(2).sum() for t in total.values())) <= 16 * clip * (1 + 1e-5)
+
+
+def test_poisson_batches_sample_each_record_at_rate_q() -> None:
+    dp = DPSGD(1.0, 1.0, batch_size=50)
+    g = torch.Generator().manual_seed(0)
+    sizes = [len(b) for _ in range(50) for b in dp.batches(600, 50, g)]
+    assert len(sizes) == 50 * 12  # ceil(600 / 50) steps per epoch
+    assert abs(sum(sizes) / len(sizes) - 50) < 1.0  # E[batch] = q n = 50
+    assert len(set(sizes)) > 5  # sizes vary: Poisson, not fixed batches
+
+
+def test_noise_has_the_expected_scale(fmnist) -> None:  # type: ignore[no-untyped-def]
+    """One DP-SGD step with sigma vs sigma = 0 on the same batch: the weights differ by
+    lr * N(0, (sigma C)^2) / B exactly (plain SGD, q = 1 so the batch is the whole set)."""
+    data = ArrayDataset(fmnist.train.images[:50], fmnist.train.labels[:50])
+    sigma, clip, lr = 2.0, 0.5, 0.1
+    out = {}
+    for s in (0.0, sigma):
+        torch.manual_seed(3)
+        model = build_model("cnn_fmnist", num_classes=10, in_channels=1)
+        dp = DPSGD(s, clip, batch_size=50)
+        gen = torch.Generator().manual_seed(7)
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        train_epochs(
+            model,
+            data,
+            fmnist.info,
+            opt,
+            epochs=1,
+            batch_size=50,
+            generator=gen,
+            sampler=dp.batches,
+            backward=dp.make_backward(50, gen),
+        )
+        out[s] = torch.cat([p.detach().flatten() for p in model.parameters()])
+    diff = out[sigma] - out[0.0]
+    expected = lr * sigma * clip / 50
+    assert abs(float(diff.std()) / expected - 1) < 0.02, (float(diff.std()), expected)
+    assert abs(float(diff.mean())) < 0.02 * expected
