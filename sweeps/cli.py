@@ -187,94 +187,29 @@ def _print_front(summary: dict[str, Any]) -> None:
 
     trials = summary["trials"]
     failed = sum(t["status"] != "FINISHED" for t in trials)
-    front = summary["pareto"]
-    cols = [k for k in (front[0] if front else {}) if k != "run_id"] + ["run_id"]
+    by_alg = summary.get("pareto_by_algorithm") or {}
+    rows = [r for alg in sorted(by_alg) for r in by_alg[alg]]
+    objectives = [
+        k for k in (rows[0] if rows else {}) if k not in {"run_id", "algorithm", "on_overall_front"}
+    ]
     table = Table(
-        title=f"Pareto front of {summary['experiment']} ({len(front)} of "
-        f"{len(trials)} trials; {failed} failed)"
+        title=f"Pareto fronts of {summary['experiment']}, per algorithm "
+        f"({len(trials)} trials, {failed} failed; * = on the overall front)"
     )
-    for col in cols:
+    for col in ["algorithm", *objectives, "overall", "run_id"]:
         table.add_column(col)
-    for row in front:
+    for row in rows:
+        values = [f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in objectives]
         table.add_row(
-            *[f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in cols]
+            row["algorithm"], *values, "*" if row["on_overall_front"] else "", row["run_id"]
         )
     Console().print(table)
     if summary.get("pareto_png"):
         Console().print(f"Pareto plot: {summary['pareto_png']}")
     Console().print(
         f"results: {summary['results_parquet']}; MLflow parent run "
-        f"{summary['parent_run_id']} (fedsweep ui to browse)"
-    )
-
-
-privacy_app = typer.Typer(
-    help="Differential-privacy accounting (Opacus / dp-accounting).", no_args_is_help=True
-)
-app.add_typer(privacy_app, name="privacy")
-
-
-class AccountantChoice(StrEnum):
-    rdp = "rdp"
-    prv = "prv"
-    pld = "pld"
-
-
-@privacy_app.command("epsilon")
-def privacy_epsilon(
-    noise_multiplier: Annotated[float, typer.Option(help="sigma: noise std / clipping norm")],
-    sample_rate: Annotated[
-        float,
-        typer.Option(
-            help="DP-SGD record sampling rate B/n (or clients per round / total for client-level)"
-        ),
-    ],
-    steps: Annotated[int, typer.Option(help="number of noisy steps composed")],
-    delta: Annotated[float, typer.Option(help="delta")] = 1e-5,
-    accountant: Annotated[AccountantChoice, typer.Option(help="accountant")] = AccountantChoice.rdp,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-) -> None:
-    """Epsilon spent by ``steps`` Poisson-subsampled Gaussian steps."""
-    from flcore.privacy.accounting import compute_epsilon
-
-    try:
-        eps = compute_epsilon([(noise_multiplier, sample_rate, steps)], delta, accountant.value)
-    except FedSweepError as exc:
-        _fail(str(exc))
-    out = {"epsilon": eps, "delta": delta, "accountant": accountant.value}
-    typer.echo(
-        json.dumps({k: _jsonable(v) for k, v in out.items()})
-        if as_json
-        else f"epsilon = {eps:.6g} at delta = {delta:g} ({accountant.value})"
-    )
-
-
-@privacy_app.command("sigma")
-def privacy_sigma(
-    epsilon: Annotated[float, typer.Option(help="target epsilon")],
-    sample_rate: Annotated[float, typer.Option(help="record (or client) sampling rate")],
-    steps: Annotated[int, typer.Option(help="number of noisy steps")],
-    delta: Annotated[float, typer.Option(help="delta")] = 1e-5,
-    accountant: Annotated[AccountantChoice, typer.Option(help="accountant")] = AccountantChoice.rdp,
-    max_noise_multiplier: Annotated[float, typer.Option(help="give up above this sigma")] = 100.0,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-) -> None:
-    """The smallest noise multiplier whose epsilon is at most the target."""
-    from flcore.privacy.accounting import calibrate_noise
-
-    try:
-        sigma = calibrate_noise(
-            epsilon,
-            delta,
-            sample_rate,
-            steps,
-            accountant=accountant.value,
-            max_noise_multiplier=max_noise_multiplier,
-        )
-    except FedSweepError as exc:
-        _fail(str(exc))
-    typer.echo(
-        json.dumps({"noise_multiplier": sigma}) if as_json else f"noise_multiplier = {sigma:.6g}"
+        f"{summary['parent_run_id']} (browse: mlflow ui --backend-store-uri "
+        f"sqlite:///mlflow.db)"
     )
 
 

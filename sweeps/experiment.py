@@ -69,7 +69,8 @@ def run_experiment(
         summary = engine.run()
     except BaseException as exc:
         bar.close()
-        parquet.write() if parquet.rows else None
+        if parquet.rows:  # keep what was measured before the failure
+            parquet.write()
         tracker.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         raise
     overlap = data.overlap

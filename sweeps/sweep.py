@@ -335,16 +335,23 @@ def _summarise(
     }
     ok = df[df["status"] == "FINISHED"] if len(df) else df
     if len(ok):
-        front = pareto_front(df, objectives, by="algorithm").front
+        result = pareto_front(df, objectives, by="algorithm")
         keep = ["run_id", "algorithm", *[o.name for o in objectives]]
-        out["pareto"] = front[keep].to_dict("records")
+        out["pareto"] = result.front[keep].to_dict("records")
+        overall = set(result.front["run_id"])
+        out["pareto_by_algorithm"] = {
+            alg: [
+                r | {"on_overall_front": r["run_id"] in overall}
+                for r in front[keep].to_dict("records")
+            ]
+            for alg, front in result.per_group.items()
+        }
         if len(objectives) >= 2:
             from analysis.plots import plot_pareto_2d
 
-            table = pareto_front(df, objectives, by="algorithm").table
             out["pareto_png"] = str(
                 plot_pareto_2d(
-                    table,
+                    result.table,
                     objectives[0],
                     objectives[1],
                     by="algorithm",
