@@ -130,12 +130,13 @@ class Engine:
             tasks.append(
                 ClientTask(cid, r, payload, self.client_states[cid], evaluate_now, self.seed)
             )
-        bytes_up, losses, accs = 0, [], []
+        bytes_up, losses, accs, client_s = 0, [], [], []
         for res in executor.map(tasks):
             bytes_up += tensor_bytes(res.upload)
             self.client_states[res.client_id] = res.state
             alg.accumulate(res)
             losses.append(res.metrics.get("train_loss", math.nan))
+            client_s.append(res.metrics.get("client_seconds", math.nan))
             if "accuracy" in res.metrics:
                 accs.append(res.metrics["accuracy"])
         alg.end_round(r)
@@ -162,6 +163,9 @@ class Engine:
             "round_bytes_up": float(bytes_up),
             "round_bytes_down": float(bytes_down),
             "round_seconds": seconds,
+            # compute seconds of the round's clients, summed: round_seconds x workers minus
+            # this is what orchestration costs
+            "client_seconds": float(np.sum(client_s)),
             **self.totals,
             **alg.privacy_metrics(),
         }

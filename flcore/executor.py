@@ -12,6 +12,7 @@ In-process updates also run with one torch thread for the same reason.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -63,8 +64,11 @@ def _one_thread() -> Iterator[None]:
 
 def _run_task(algorithm: Algorithm, fed: FederatedData, task: ClientTask) -> ClientResult:
     cid = task.client_id
+    start = time.perf_counter()
     data = ClientData(cid, fed.client_train(cid), fed.client_test(cid), fed.info)
-    return algorithm.local_update(data, task, client_generator(task.seed, task.round, cid))
+    result = algorithm.local_update(data, task, client_generator(task.seed, task.round, cid))
+    result.metrics["client_seconds"] = time.perf_counter() - start
+    return result
 
 
 class InProcessExecutor:
