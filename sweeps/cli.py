@@ -213,6 +213,76 @@ def _print_front(summary: dict[str, Any]) -> None:
     )
 
 
+privacy_app = typer.Typer(
+    help="Differential-privacy accounting (Opacus / dp-accounting).", no_args_is_help=True
+)
+app.add_typer(privacy_app, name="privacy")
+
+
+class AccountantChoice(StrEnum):
+    rdp = "rdp"
+    prv = "prv"
+    pld = "pld"
+
+
+@privacy_app.command("epsilon")
+def privacy_epsilon(
+    noise_multiplier: Annotated[float, typer.Option(help="sigma: noise std / clipping norm")],
+    sample_rate: Annotated[
+        float,
+        typer.Option(
+            help="DP-SGD record sampling rate B/n (or clients per round / total for client-level)"
+        ),
+    ],
+    steps: Annotated[int, typer.Option(help="number of noisy steps composed")],
+    delta: Annotated[float, typer.Option(help="delta")] = 1e-5,
+    accountant: Annotated[AccountantChoice, typer.Option(help="accountant")] = AccountantChoice.rdp,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Epsilon spent by ``steps`` Poisson-subsampled Gaussian steps."""
+    from flcore.privacy.accounting import compute_epsilon
+
+    try:
+        eps = compute_epsilon([(noise_multiplier, sample_rate, steps)], delta, accountant.value)
+    except FedSweepError as exc:
+        _fail(str(exc))
+    out = {"epsilon": eps, "delta": delta, "accountant": accountant.value}
+    typer.echo(
+        json.dumps({k: _jsonable(v) for k, v in out.items()})
+        if as_json
+        else f"epsilon = {eps:.6g} at delta = {delta:g} ({accountant.value})"
+    )
+
+
+@privacy_app.command("sigma")
+def privacy_sigma(
+    epsilon: Annotated[float, typer.Option(help="target epsilon")],
+    sample_rate: Annotated[float, typer.Option(help="record (or client) sampling rate")],
+    steps: Annotated[int, typer.Option(help="number of noisy steps")],
+    delta: Annotated[float, typer.Option(help="delta")] = 1e-5,
+    accountant: Annotated[AccountantChoice, typer.Option(help="accountant")] = AccountantChoice.rdp,
+    max_noise_multiplier: Annotated[float, typer.Option(help="give up above this sigma")] = 100.0,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """The smallest noise multiplier whose epsilon is at most the target."""
+    from flcore.privacy.accounting import calibrate_noise
+
+    try:
+        sigma = calibrate_noise(
+            epsilon,
+            delta,
+            sample_rate,
+            steps,
+            accountant=accountant.value,
+            max_noise_multiplier=max_noise_multiplier,
+        )
+    except FedSweepError as exc:
+        _fail(str(exc))
+    typer.echo(
+        json.dumps({"noise_multiplier": sigma}) if as_json else f"noise_multiplier = {sigma:.6g}"
+    )
+
+
 def _print_summary(result: dict[str, Any]) -> None:
     from rich.table import Table
 

@@ -80,7 +80,8 @@ def export_sweep(
     filter_string: str = "",
 ) -> pd.DataFrame:
     """The runs of ``experiment`` (a sweep's children when ``parent_run_id`` is given; sweep
-    parent runs are never rows), optionally written to Parquet at ``out``.
+    parent runs and runs of trials lost to a killed driver are never rows), optionally written
+    to Parquet at ``out``.
 
     Raises:
         ValueError: the experiment does not exist.
@@ -103,7 +104,12 @@ def export_sweep(
         page = client.search_runs(
             [exp.experiment_id], " and ".join(filters), max_results=1000, page_token=token
         )
-        runs.extend(r for r in page if r.data.tags.get("fedsweep.kind") != "sweep")
+        runs.extend(
+            r
+            for r in page
+            if r.data.tags.get("fedsweep.kind") != "sweep"
+            and r.data.tags.get("fedsweep.lost_trial") != "true"
+        )
         token = page.token
         if not token:
             break

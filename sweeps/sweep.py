@@ -265,6 +265,8 @@ def run_sweep(
 
     # Tune returns (rather than raises) after a SIGINT; trials it did not finish remain.
     interrupted = any(r.error is None and not (r.metrics or {}).get("done") for r in grid)
+    if not interrupted:
+        _close_orphaned_study_trials(paths, spec.name)
     df = export_sweep(uri, exp_name, out=paths.parquet, parent_run_id=parent_id)
     client.log_artifact(parent_id, str(paths.parquet))
     summary = _summarise(spec, df, exp_name, parent_id, paths)
@@ -274,6 +276,28 @@ def run_sweep(
     summary["interrupted"] = interrupted
     summary["ray_init_seconds"] = ray_init_seconds
     return summary
+
+
+def _close_orphaned_study_trials(paths: SweepPaths, name: str) -> int:
+    """Mark FAIL the study's trials still RUNNING once the sweep is complete.
+
+    A driver killed with SIGKILL can have asked Optuna for a trial after Tune last saved the
+    searcher; the resumed sweep never hears of that trial again, and it would stay RUNNING.
+    """
+    import optuna
+
+    storage = _study_storage(paths)
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return 0
+    orphans = [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    for t in orphans:
+        storage.set_trial_user_attr(
+            t._trial_id, "fedsweep_closed", "orphaned by an interrupted driver"
+        )
+        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+    return len(orphans)
 
 
 class _TrialParams:

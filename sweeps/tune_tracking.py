@@ -193,6 +193,32 @@ class MLflowDriverCallback(Callback):
                 },
             )
 
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        """Close the runs of trials Tune no longer knows (once every trial has ended).
+
+        A driver killed with SIGKILL can lose a trial that Tune had started but not yet saved in
+        its experiment state; the resumed sweep runs a replacement. The lost trial's run is
+        closed as KILLED and tagged ``fedsweep.lost_trial`` (kept, never deleted; exports leave
+        it out), so no run stays RUNNING and each trial of the sweep has exactly one run.
+        """
+        if any(t.status not in ("TERMINATED", "ERROR") for t in trials):
+            return  # interrupted: a later --resume finishes these trials
+        known = {t.trial_id for t in trials}
+        for trial_id, run_id in self.state.data["trials"].items():
+            if trial_id in known:
+                continue
+            if self.client.get_run(run_id).info.status == "RUNNING":
+                self._tags(
+                    run_id,
+                    {
+                        "status": "KILLED",
+                        "fedsweep.lost_trial": "true",
+                        "failure_reason": "lost: the driver was killed before "
+                        "Tune saved this trial; the sweep ran a replacement",
+                    },
+                )
+                self.client.set_terminated(run_id, status="KILLED")
+
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         """A failed attempt that Ray will retry from the trial's last checkpoint."""
         run_id = self._run_id(trial)

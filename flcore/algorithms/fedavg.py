@@ -156,12 +156,21 @@ class FedAvg(Algorithm):
         self, data: ClientData, task: ClientTask, generator: torch.Generator
     ) -> ClientResult:
         model = self.client_model()
-        model.load_state_dict(task.payload)
+        model.load_state_dict(self.starting_weights(task))
         loss = self.train_local(model, data, generator)
         metrics = {"train_loss": loss}
         if task.evaluate:
             metrics["accuracy"], metrics["test_loss"] = evaluate(
                 model, data.test, data.info, device=self.device
             )
-        upload = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        return ClientResult(task.client_id, len(data.train), upload, None, metrics)
+        weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        upload, state = self.split_result(weights)
+        return ClientResult(task.client_id, len(data.train), upload, state, metrics)
+
+    def starting_weights(self, task: ClientTask) -> dict[str, torch.Tensor]:
+        """Where local training starts: the broadcast global model."""
+        return task.payload
+
+    def split_result(self, weights: dict[str, torch.Tensor]) -> tuple[dict, object]:
+        """(what is uploaded, what the client keeps): the whole model, nothing kept."""
+        return weights, None

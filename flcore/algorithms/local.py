@@ -17,13 +17,11 @@ import torch
 from flcore.algorithms.base import (
     ALGORITHMS,
     Algorithm,
-    ClientData,
     ClientResult,
     ClientTask,
     seeded,
 )
 from flcore.algorithms.fedavg import FedAvg
-from flcore.algorithms.training import evaluate
 
 __all__ = ["LocalOnly"]
 
@@ -70,16 +68,8 @@ class LocalOnly(FedAvg):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         pass
 
-    def local_update(
-        self, data: ClientData, task: ClientTask, generator: torch.Generator
-    ) -> ClientResult:
-        model = self.client_model()
-        model.load_state_dict(task.state)
-        loss = self.train_local(model, data, generator)
-        metrics = {"train_loss": loss}
-        if task.evaluate:
-            metrics["accuracy"], metrics["test_loss"] = evaluate(
-                model, data.test, data.info, device=self.device
-            )
-        state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        return ClientResult(task.client_id, len(data.train), {}, state, metrics)
+    def starting_weights(self, task: ClientTask) -> dict[str, torch.Tensor]:
+        return task.state  # the client's own model, kept by the engine between rounds
+
+    def split_result(self, weights: dict[str, torch.Tensor]) -> tuple[dict, object]:
+        return {}, weights  # nothing is uploaded; the client keeps its model
