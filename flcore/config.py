@@ -63,12 +63,14 @@ class OptimizerConfig(_Strict):
 class PrivacyConfig(_Strict):
     """Differential privacy of an experiment. Give ``noise_multiplier`` or ``target_epsilon``.
 
-    ``mechanism``: ``dpsgd`` (record-level DP-SGD at each client, ISRL-DP) or ``client``
-    (client-level DP). The record sampling rate of DP-SGD is ``batch_size / n_i``; the
-    config's ``client_fraction`` is clients per round (the sampling rate of client-level DP).
+    ``mechanism``: ``dpsgd`` (record-level DP-SGD at each client, ISRL-DP), ``client``
+    (client-level DP), ``gaussian`` (a noised bounded statistic, FedHKD) or ``perturbation``
+    (clipped-update perturbation, LoDMeta); each algorithm says which it supports. The record
+    sampling rate of DP-SGD is ``batch_size / n_i``; the config's ``client_fraction`` is
+    clients per round (the sampling rate of client-level DP).
     """
 
-    mechanism: Literal["dpsgd", "client"] = "dpsgd"
+    mechanism: Literal["dpsgd", "client", "gaussian", "perturbation"] = "dpsgd"
     noise_multiplier: float | None = Field(None, ge=0)
     target_epsilon: float | None = Field(None, gt=0)
     delta: float = Field(1e-5, gt=0, lt=1)

@@ -21,7 +21,8 @@ def resolve_privacy(cfg: ExperimentConfig, data: FederatedData) -> PrivacySettin
     over the whole run before any training (a target that cannot be met is an error now).
 
     DP-SGD is calibrated for the worst client: the highest record sampling rate (smallest
-    client) and the most steps (largest client), in every round. Client-level DP composes
+    client) and the most steps (largest client: ``Algorithm.dp_epochs`` epochs of
+    ``ceil(n_i / B)`` steps), in every round. Client-level DP composes
     ``rounds`` releases at ``max(1, int(fraction N)) / N``, the last at 1 when it is forced full.
     """
     p = cfg.privacy
@@ -33,8 +34,12 @@ def resolve_privacy(cfg: ExperimentConfig, data: FederatedData) -> PrivacySettin
         if p.mechanism == "dpsgd":
             sizes = data.train.sizes
             q = min(1.0, cfg.batch_size / min(sizes))
-            steps = cfg.rounds * cfg.local_epochs * math.ceil(max(sizes) / cfg.batch_size)
+            alg = ALGORITHMS.get(cfg.algorithm)
+            epochs = alg.dp_epochs(cfg.local_epochs, alg.validate_params(cfg.algorithm_params))
+            steps = cfg.rounds * epochs * math.ceil(max(sizes) / cfg.batch_size)
             schedule = [(q, steps)]
+        elif p.mechanism in ("gaussian", "perturbation"):
+            schedule = [(1.0, cfg.rounds)]  # at most one release per client and round
         else:
             n = cfg.num_clients
             q = max(1, int(cfg.client_fraction * n)) / n
@@ -92,7 +97,6 @@ def build_engine(
         weight_decay=cfg.optimizer.weight_decay,
     )
     params = ALGORITHMS.get(cfg.algorithm).validate_params(cfg.algorithm_params)
-    privacy = resolve_privacy(cfg, data)
     privacy = resolve_privacy(cfg, data)
     factory = AlgorithmFactory(
         cfg.algorithm,

@@ -74,7 +74,10 @@ def run_experiment(
         tracker.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         raise
     overlap = data.overlap
-    tracker.set_tags({f"partition.{k}": str(v) for k, v in overlap.items()})
+    guarantee = engine.algorithm.dp_guarantee()
+    tracker.set_tags(
+        {f"partition.{k}": str(v) for k, v in overlap.items()} | {"dp_guarantee": guarantee}
+    )
     tracker.log_artifact(metrics_path)
     tracker.finish()
     return {
@@ -83,4 +86,5 @@ def run_experiment(
         "metrics_path": str(metrics_path.resolve()),
         "algorithm": cfg.algorithm,
         "dataset": cfg.dataset,
+        "dp_guarantee": guarantee,
     }

@@ -1,9 +1,10 @@
 """MLflow runs -> one tidy table (one row per run), written with pyarrow.
 
 Columns: ``run_id``, ``run_name``, ``status``, ``algorithm``, ``dataset``, ``trial_id``,
-``sweep``, ``failure_reason``, ``start_time``, ``end_time``, ``duration_s``, the final value of
-every metric under its plain name (``accuracy``, ``epsilon`` ...), and the config as
-``params.<key>`` columns (``params.lr``, ``params.optimizer.momentum``).
+``sweep``, ``failure_reason``, ``dp_guarantee`` (what the run's epsilon guarantees),
+``start_time``, ``end_time``, ``duration_s``, the final value of every metric under its plain
+name (``accuracy``, ``epsilon`` ...), and the config as ``params.<key>`` columns
+(``params.lr``, ``params.optimizer.momentum``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ _TAGS = {
     "fedsweep.sweep": "sweep",
     "failure_reason": "failure_reason",
     "mlflow.parentRunId": "parent_run_id",
+    "dp_guarantee": "dp_guarantee",
 }
 
 

@@ -136,6 +136,7 @@ class FLTrainable(tune.Trainable):
             "device": self.exp_config.device,
             "algorithm": self.exp_config.algorithm,
             "startup_seconds": self._startup_s,
+            "dp_guarantee": self.engines[0].algorithm.dp_guarantee(),
         }
         # every metric any seed has measured so far (DP runs add delta, noise_multiplier)
         keys = set(REPORTED) | set(self.missing) | set().union(*self._latest)

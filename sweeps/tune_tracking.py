@@ -190,6 +190,7 @@ class MLflowDriverCallback(Callback):
                     "node_ip": result.get("node_ip", ""),
                     "node_id": result.get("node_id", ""),
                     "device": result.get("device", ""),
+                    "dp_guarantee": result.get("dp_guarantee", ""),
                 },
             )
 

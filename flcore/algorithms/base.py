@@ -216,6 +216,31 @@ class Algorithm(ABC):
             msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
             raise ConfigError(key, f"{msg} (for algorithm {cls.name!r})") from None
 
+    @classmethod
+    def dp_epochs(cls, local_epochs: int, params: AlgorithmParams) -> int:
+        """Epochs of DP-SGD a client runs over its records per round: what record-level
+        accounting composes and what the noise is calibrated for. Default: ``local_epochs``."""
+        return local_epochs
+
+    def dp_guarantee(self) -> str:
+        """What this run's ``epsilon`` guarantees (the ``dp_guarantee`` tag of its runs):
+
+        - ``isrl``: record-level DP of each client's records against the server and the other
+          clients (everything derived from the records is DP);
+        - ``client-level``: a client's participation, against all but the noising server;
+        - ``shared-only``: only the uploaded part's training is DP; a personal part trained
+          without noise on the same records leaves the upload's sensitivity unbounded, so the
+          epsilon is not a formal guarantee;
+        - ``none``: no mechanism (epsilon is inf); ``no-release``: nothing leaves the client.
+        """
+        if not self.uploads:
+            return "no-release"
+        if self.privacy is None:
+            return "none"
+        return {"dpsgd": "isrl", "client": "client-level"}.get(
+            self.privacy.mechanism, self.privacy.mechanism
+        )
+
     # ----------------------------------------------------------------- server side
     @abstractmethod
     def init_server(self) -> None:

@@ -20,7 +20,7 @@ mechanism required.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -56,7 +56,9 @@ class FedAvg(Algorithm):
         self._mean: WeightedMean | None = None
         p, t = self.privacy, self.training
         self._record_dp = (
-            PerClientAccounting(p, epochs=t.epochs, batch_size=t.batch_size)
+            PerClientAccounting(
+                p, epochs=self.dp_epochs(t.epochs, self.params), batch_size=t.batch_size
+            )
             if p is not None and p.mechanism == "dpsgd"
             else None
         )
@@ -123,18 +125,38 @@ class FedAvg(Algorithm):
             self._client_model = self.model_spec().to(self.device)
         return self._client_model
 
-    def train_local(self, model: nn.Module, data: ClientData, generator: torch.Generator) -> float:
-        """E epochs of the configured optimizer on the client's data (a hook for variants)."""
+    def local_optimizer(
+        self, params: Iterable[torch.Tensor], lr_scale: float = 1.0
+    ) -> torch.optim.Optimizer:
+        """The configured local optimizer over ``params`` (a fresh one each round)."""
         t = self.training
-        opt = make_optimizer(
-            model.parameters(),
+        return make_optimizer(
+            params,
             name=t.optimizer,
-            lr=t.lr,
+            lr=t.lr * lr_scale,
             momentum=t.momentum,
             weight_decay=t.weight_decay,
         )
+
+    def train_local(
+        self,
+        model: nn.Module,
+        data: ClientData,
+        generator: torch.Generator,
+        *,
+        optimizer: Any = None,
+        epochs: int | None = None,
+        private: bool = True,
+    ) -> float:
+        """``epochs`` (default E) epochs on the client's data, with DP-SGD when the run's
+        mechanism is ``dpsgd`` and ``private``. Only parameters with ``requires_grad`` train
+        (and are clipped). A hook for variants: ``optimizer`` replaces the configured one."""
+        t = self.training
+        opt = optimizer
+        if opt is None:
+            opt = self.local_optimizer(p for p in model.parameters() if p.requires_grad)
         hooks = {}
-        if self.privacy is not None and self.privacy.mechanism == "dpsgd":
+        if private and self.privacy is not None and self.privacy.mechanism == "dpsgd":
             dp = DPSGD(self.privacy.noise_multiplier, self.privacy.clip, t.batch_size)
             hooks = {
                 "sampler": dp.batches,
@@ -145,7 +167,7 @@ class FedAvg(Algorithm):
             data.train,
             data.info,
             opt,
-            epochs=t.epochs,
+            epochs=t.epochs if epochs is None else epochs,
             batch_size=t.batch_size,
             generator=generator,
             device=self.device,

@@ -19,11 +19,13 @@ from typing import Any
 import torch
 
 from flcore.privacy.accounting import Accountant
+from flcore.privacy.mechanisms import MECHANISMS
 from flcore.privacy.settings import PrivacySettings
 
 __all__ = ["ClientLevelDP"]
 
 
+@MECHANISMS.register("client")
 class ClientLevelDP:
     """Clipped-sum aggregation with server noise, plus the population's accountant."""
 

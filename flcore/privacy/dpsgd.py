@@ -24,6 +24,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from flcore.errors import ConfigError
+from flcore.privacy.mechanisms import MECHANISMS
 
 __all__ = ["DPSGD", "per_sample_gradients", "clip_per_sample"]
 
@@ -50,6 +51,7 @@ def clip_per_sample(grads: dict[str, torch.Tensor], clip: float) -> dict[str, to
     return {k: torch.einsum("b,b...->...", factor, g) for k, g in grads.items()}
 
 
+@MECHANISMS.register("dpsgd")
 @dataclass(frozen=True)
 class DPSGD:
     """The DP-SGD hooks for :func:`flcore.algorithms.training.train_epochs`.

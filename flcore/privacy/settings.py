@@ -7,7 +7,7 @@ from typing import Literal
 
 __all__ = ["PrivacySettings", "Mechanism"]
 
-Mechanism = Literal["dpsgd", "client"]
+Mechanism = Literal["dpsgd", "client", "gaussian", "perturbation"]
 
 
 @dataclass(frozen=True)

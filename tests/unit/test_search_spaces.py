@@ -61,3 +61,21 @@ def test_spaces_do_no_computation() -> None:
         "optimizer.momentum": 0.5,
         "client_fraction": 1.0,
     }
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS.names())
+def test_every_space_samples_configs_that_validate(algorithm: str) -> None:
+    """Whatever a space suggests is a config the algorithm accepts (DP keys included)."""
+    from flcore.config import apply_overrides
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=2))
+    for _ in range(10):
+        trial = study.ask()
+        define_by_run([algorithm])(trial)
+        over = overrides_for(algorithm, trial.params)
+        cfg = validate_config(apply_overrides({"algorithm": algorithm}, over))
+        if ALGORITHMS.get(algorithm).requires_privacy:
+            p = cfg.privacy
+            assert p is not None and p.target_epsilon is not None
+            assert 0.5 <= p.target_epsilon <= 32 and p.delta in (1e-6, 1e-5)
+        study.tell(trial, 0.5)

@@ -1,0 +1,91 @@
+"""The Gaussian mechanism on a bounded statistic, as FedHKD uses it (Chen & Vikalo, "The Best of
+Both Worlds: Accurate Global and Personalized Models through Federated Learning with
+Data-Free Hyper-Knowledge Distillation", ICLR 2023; Theorem 1 and Lemma 1).
+
+A client releases, for each class j, the mean of its representations of class j. Each
+representation is first clipped to L2 norm ``zeta``, so replacing one record of class j moves
+that class mean by at most ``2 zeta / N_j`` (``N_j``: the client's records of class j; the
+sensitivity of Lemma 1). Gaussian noise of std ``sigma x 2 zeta / N_j`` is added to class j's
+mean. One record touches one class mean, so the whole release is one Gaussian mechanism with
+noise multiplier ``sigma`` and the accountant composes it once per release (``q = 1``).
+
+Deviation, stated: like FedHKD's Lemma 1, the neighbouring relation replaces one record by
+another of the same class, so the counts ``N_j`` are treated as public. FedHKD sets sigma with
+the classic formula (:func:`~flcore.privacy.mechanisms.classic_gaussian_multiplier`), valid for
+one release at epsilon < 1; we compose the per-round releases with the accountant instead of
+summing per-round epsilons.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from flcore.errors import ConfigError
+from flcore.privacy.mechanisms import MECHANISMS
+
+__all__ = ["GaussianMechanism", "clip_rows", "class_means"]
+
+
+def clip_rows(x: torch.Tensor, bound: float) -> torch.Tensor:
+    """Scale each row of ``x`` (flattened from dim 1) to L2 norm at most ``bound``."""
+    norms = x.flatten(1).norm(dim=1)
+    factor = (bound / (norms + 1e-12)).clamp(max=1.0)
+    return x * factor.view(-1, *([1] * (x.dim() - 1)))
+
+
+def class_means(
+    x: torch.Tensor, labels: torch.Tensor, num_classes: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-class means of the rows of ``x`` and the per-class counts (a class without records
+    has a zero mean and count 0)."""
+    counts = torch.bincount(labels, minlength=num_classes)
+    sums = torch.zeros(num_classes, *x.shape[1:], dtype=x.dtype, device=x.device)
+    sums.index_add_(0, labels, x)
+    shape = (-1,) + (1,) * (x.dim() - 1)
+    return sums / counts.clamp(min=1).view(shape).to(x.dtype), counts
+
+
+@MECHANISMS.register("gaussian")
+@dataclass(frozen=True)
+class GaussianMechanism:
+    """Clipped class means plus Gaussian noise scaled to each class's sensitivity.
+
+    Args:
+        noise_multiplier: sigma, the noise std in units of the L2 sensitivity.
+        clip: zeta, the L2 bound each record's statistic is clipped to.
+    """
+
+    noise_multiplier: float
+    clip: float
+
+    def __post_init__(self) -> None:
+        if self.noise_multiplier < 0 or math.isnan(self.noise_multiplier):
+            raise ConfigError(
+                "privacy.noise_multiplier", f"must be >= 0, got {self.noise_multiplier}"
+            )
+        if not self.clip > 0:
+            raise ConfigError("privacy.clip", f"must be > 0, got {self.clip}")
+
+    def sensitivity(self, counts: torch.Tensor) -> torch.Tensor:
+        """``2 zeta / N_j`` per class (0 where a class has no record: nothing is released)."""
+        c = counts.to(torch.float64)
+        return torch.where(c > 0, 2.0 * self.clip / c.clamp(min=1), torch.zeros_like(c))
+
+    def release(
+        self,
+        x: torch.Tensor,
+        labels: torch.Tensor,
+        num_classes: int,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The noised class means of clipped ``x`` and the counts. Classes the client lacks come
+        back as zeros with count 0, so the receiver can skip them."""
+        means, counts = class_means(clip_rows(x, self.clip), labels, num_classes)
+        std = (self.noise_multiplier * self.sensitivity(counts)).to(x.dtype)
+        noise = torch.normal(0.0, 1.0, size=means.shape, generator=generator).to(x.dtype)
+        shape = (-1,) + (1,) * (means.dim() - 1)
+        present = (counts > 0).view(shape)
+        return torch.where(present, means + noise * std.view(shape), 0.0), counts
