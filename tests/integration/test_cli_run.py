@@ -86,6 +86,7 @@ def test_run_json_mlflow_and_parquet(tiny_config: dict, tmp_path: Path) -> None:
     assert run.data.metrics["bytes_up"] == doc["bytes_up"]
     for tag in ("fedsweep.version", "fedsweep.git_commit", "torch.version", "dataset.sha256"):
         assert run.data.tags[tag]
+    assert run.data.tags["dp_guarantee"] == doc["dp_guarantee"] == "none"  # no DP: eps inf
     history = client.get_metric_history(doc["run_id"], "round_seconds")
     assert sorted(m.step for m in history) == [1, 2]
     exp = client.get_experiment(run.info.experiment_id)

@@ -58,6 +58,7 @@ def test_two_trial_sweep_parent_children_parquet_and_study(data_root: Path, tmp_
         assert run.data.metrics["epsilon"] == (
             0.0 if tags["algorithm"] == "local" else float("inf")
         )
+        assert tags["dp_guarantee"] == ("no-release" if tags["algorithm"] == "local" else "none")
     df = pd.read_parquet(doc["results_parquet"])
     assert len(df) == 2 and set(df["status"]) == {"FINISHED"}
     assert {"accuracy", "bytes_up", "params.lr", "duration_s", "run_id"} <= set(df.columns)
