@@ -21,7 +21,7 @@ import pandas as pd
 
 from analysis.pareto import Objective, non_dominated_mask
 
-__all__ = ["axis_label", "plot_pareto_2d"]
+__all__ = ["axis_label", "plot_embeddings", "plot_pareto_2d"]
 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 _INF_GAP = 0.08  # the break line sits this fraction of the finite span past the finite range
@@ -245,4 +245,44 @@ def plot_pareto_2d(
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=150, format="png")
+    return out
+
+
+def plot_embeddings(
+    embeddings: np.ndarray,
+    path: str | Path,
+    *,
+    labels: list[str] | None = None,
+    title: str = "client embeddings (first two principal components)",
+) -> Path:
+    """Scatter the rows of ``embeddings`` on their first two principal components (HyperFL's
+    Figure 8), coloured by ``labels`` (for example each client's dominant-class group) and
+    annotated with the client id. Returns the PNG path."""
+    emb = np.asarray(embeddings, dtype=np.float64)
+    if emb.ndim != 2 or len(emb) < 1:
+        raise ValueError(f"embeddings must be a non-empty 2-D array, got shape {emb.shape}")
+    centred = emb - emb.mean(axis=0)
+    if len(emb) > 1 and np.abs(centred).max() > 0:
+        _, _, vt = np.linalg.svd(centred, full_matrices=False)
+        xy = centred @ vt[: min(2, vt.shape[0])].T
+    else:
+        xy = np.zeros((len(emb), 2))
+    if xy.shape[1] == 1:
+        xy = np.column_stack([xy[:, 0], np.zeros(len(xy))])
+    labels = labels or ["clients"] * len(emb)
+    fig = _figure_class()(figsize=(5.5, 4.5))
+    ax = fig.subplots()
+    for i, name in enumerate(dict.fromkeys(labels)):
+        idx = [j for j, lab in enumerate(labels) if lab == name]
+        ax.scatter(xy[idx, 0], xy[idx, 1], label=name, marker=_MARKERS[i % len(_MARKERS)])
+    for j, (x, y) in enumerate(xy):
+        ax.annotate(str(j), (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("PC 1")
+    ax.set_ylabel("PC 2")
+    ax.set_title(title, fontsize=10)
+    if len(set(labels)) > 1:
+        ax.legend(fontsize=8)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120, bbox_inches="tight")
     return out

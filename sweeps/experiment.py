@@ -79,6 +79,7 @@ def run_experiment(
         {f"partition.{k}": str(v) for k, v in overlap.items()} | {"dp_guarantee": guarantee}
     )
     tracker.log_artifact(metrics_path)
+    _log_embeddings(engine, cfg, run_dir, tracker)
     tracker.finish()
     return {
         **summary,
@@ -88,3 +89,32 @@ def run_experiment(
         "dataset": cfg.dataset,
         "dp_guarantee": guarantee,
     }
+
+
+def _log_embeddings(engine: Any, cfg: ExperimentConfig, run_dir: Path, tracker: Any) -> None:
+    """Algorithms with learned client embeddings (HyperFL) log them as an array and a 2-D plot,
+    so the client groups can be seen (HyperFL's Figure 8)."""
+    get = getattr(engine.algorithm, "client_embeddings", None)
+    if get is None:
+        return
+    import numpy as np
+
+    from analysis.plots import plot_embeddings
+
+    emb = get(engine.client_states)
+    npy = run_dir / "client_embeddings.npy"
+    np.save(npy, emb)
+    labels = None
+    if cfg.partition.name == "dominant":
+        groups = engine.data.info.class_groups or ()
+        if groups:
+
+            def name(g: int) -> str:
+                classes = groups[g]
+                shown = ",".join(map(str, classes)) if len(classes) <= 4 else f"{len(classes)}"
+                return f"group {g} (classes {shown})"
+
+            labels = [name(i % len(groups)) for i in range(len(emb))]
+    png = plot_embeddings(emb, run_dir / "client_embeddings.png", labels=labels)
+    tracker.log_artifact(npy)
+    tracker.log_artifact(png)

@@ -6,6 +6,7 @@ from flcore.algorithms import centaur as _centaur  # noqa: F401  (registers)
 from flcore.algorithms import dp_fedavg as _dp_fedavg  # noqa: F401  (registers)
 from flcore.algorithms import dp_fedavg_client as _dp_fedavg_client  # noqa: F401  (registers)
 from flcore.algorithms import fedavg as _fedavg  # noqa: F401  (registers)
+from flcore.algorithms import hyperfl as _hyperfl  # noqa: F401  (registers)
 from flcore.algorithms import local as _local  # noqa: F401  (registers)
 from flcore.algorithms import ppsgd as _ppsgd  # noqa: F401  (registers)
 from flcore.algorithms.base import (

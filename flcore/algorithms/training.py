@@ -49,11 +49,18 @@ def make_optimizer(
     momentum: float = 0.0,
     weight_decay: float = 0.0,
 ) -> torch.optim.Optimizer:
-    """The local optimizer; a fresh one each round, as in the papers' code."""
+    """The local optimizer; a fresh one each round, as in the papers' code.
+
+    PyTorch's fused kernels are used (one pass over each tensor for decay, momentum and update):
+    the same arithmetic, and on CPU about 6x faster than the per-tensor loop over HyperFL's
+    15M hypernetwork parameters (BENCHMARKS.md).
+    """
     if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        return torch.optim.SGD(
+            params, lr=lr, momentum=momentum, weight_decay=weight_decay, fused=True
+        )
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=True)
     raise ValueError(f"unknown optimizer {name!r}; known: adam, sgd")
 
 

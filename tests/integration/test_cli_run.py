@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -142,3 +143,28 @@ def test_list_prints_registered_names(tmp_path: Path) -> None:
     assert set(out.stdout.split()) >= {"iid", "dirichlet", "pathological", "dominant"}
     out = _cli(["list", "datasets"], tmp_path)
     assert set(out.stdout.split()) >= {"fmnist", "emnist", "cifar10", "cifar100", "svhn", "cinic10"}
+
+
+def test_hyperfl_run_logs_its_client_embeddings(tiny_config: dict, tmp_path: Path) -> None:
+    cfg = tmp_path / "exp.yaml"
+    raw = tiny_config | {
+        "output_dir": "runs",
+        "algorithm": "hyperfl",
+        "rounds": 1,
+        "algorithm_params": {"embed_dim": 8, "hidden_dim": 16},
+    }
+    cfg.write_text(yaml.safe_dump(raw))
+    out = _cli(["run", str(cfg), "--json"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["global_accuracy"] is None and doc["dp_guarantee"] == "none"
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    names = {a.path for a in client.list_artifacts(doc["run_id"])}
+    assert {"client_embeddings.npy", "client_embeddings.png", "metrics.parquet"} <= names
+    local = client.download_artifacts(doc["run_id"], "client_embeddings.npy", str(tmp_path))
+    emb = np.load(local)
+    assert emb.shape == (tiny_config["num_clients"], 8)
+    png = client.download_artifacts(doc["run_id"], "client_embeddings.png", str(tmp_path))
+    assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -85,3 +85,19 @@ def test_axis_labels_say_which_way_is_better() -> None:
     assert axis_label(EPS, "y") == "epsilon (↓ better)"
     assert axis_label(EPS, "x") == "epsilon (← better)"
     assert axis_label(ACC, "x") == "accuracy (→ better)"
+
+
+def test_embedding_plot_separates_groups_and_rejects_bad_shapes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+    import pytest
+
+    from analysis.plots import plot_embeddings
+
+    rng = np.random.default_rng(0)
+    emb = np.concatenate([rng.normal(0, 0.1, (5, 16)), rng.normal(3, 0.1, (5, 16))])
+    png = plot_embeddings(emb, tmp_path / "e.png", labels=["a"] * 5 + ["b"] * 5)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    one = plot_embeddings(np.ones((3, 4)), tmp_path / "same.png")  # identical rows: no crash
+    assert one.stat().st_size > 1000
+    with pytest.raises(ValueError, match="2-D"):
+        plot_embeddings(np.ones(4), tmp_path / "x.png")

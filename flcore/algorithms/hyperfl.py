@@ -1,0 +1,224 @@
+"""HyperFL, main configuration: Guo et al., "A New Federated Learning Framework Against Gradient
+Inversion Attacks", AAAI 2025 (sections 3.2-3.3, appendix D.1, and the authors' public code).
+
+Each client i keeps a private embedding ``v_i`` and a private classifier head ``psi_i``; its
+feature extractor is generated, ``theta_i = h(v_i; phi)``, by a hypernetwork ``phi`` that is the
+only thing shared. A round at a sampled client:
+
+1. ``phi`` arrives; the extractor is generated and held fixed while the head trains for
+   ``head_epochs`` epoch(s) at ``head_lr`` (0.1);
+2. the head is held fixed while ``phi`` and ``v_i`` train for the local epochs at ``lr``
+   (0.01 FMNIST/EMNIST, 0.02 CIFAR), backpropagating through the generated weights;
+3. only ``phi`` is uploaded; the server averages it weighted by ``n_i`` as a stream.
+
+Both steps use SGD with the configured momentum (0.5) and weight decay (5e-4) and clip the
+gradient norm at ``max_grad_norm`` (50). The hypernetwork is ``Linear(embed -> hidden) + ReLU``
+(``depth`` such layers) followed by one linear head per extractor tensor; embedding 64, hidden
+128 by default (about 15M parameters for the FMNIST CNN). Every client's embedding starts at the
+same value (one seeded draw from N(0, 1)); the heads start from the same seeded initial network
+as the other methods'.
+
+``accuracy`` is the client's personalized model (generated extractor + its head) on its own test
+set right after local training. There is no global classifier, so ``global_accuracy`` is null.
+:meth:`HyperFL.client_embeddings` gives the learned embeddings (paper Figure 8).
+
+Deviation, stated: the embedding's initial value is our choice (the paper says only that all
+clients share it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+from torch.func import functional_call
+
+from flcore.algorithms.aggregate import WeightedMean
+from flcore.algorithms.base import (
+    ALGORITHMS,
+    Algorithm,
+    AlgorithmParams,
+    ClientData,
+    ClientResult,
+    ClientTask,
+    seeded,
+)
+from flcore.algorithms.training import evaluate, make_optimizer, train_epochs
+from flcore.models.base import SplitModel
+from flcore.models.hypernet import HyperNetwork
+
+__all__ = ["HyperFL"]
+
+
+class HyperFLParams(AlgorithmParams):
+    embed_dim: int = Field(64, ge=1, description="client embedding size")
+    hidden_dim: int = Field(128, ge=1, description="hypernetwork hidden width")
+    depth: int = Field(1, ge=1, le=8, description="hidden Linear+ReLU layers of the hypernetwork")
+    head_epochs: int = Field(1, ge=0, description="step 1: classifier epochs per round")
+    head_lr: float = Field(0.1, gt=0, description="step 1: classifier learning rate")
+    max_grad_norm: float | None = Field(50.0, gt=0, description="gradient-norm clipping")
+
+
+class _Generated(nn.Module):
+    """The client's network with its extractor generated from (hypernetwork, embedding): the
+    parameters of this module are exactly what step 2 trains, plus the (frozen) head."""
+
+    def __init__(self, hnet: HyperNetwork, embedding: nn.Parameter, model: SplitModel) -> None:
+        super().__init__()
+        self.hnet, self.embedding, self.model = hnet, embedding, model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights = self.hnet(self.embedding)
+        return self.model.head(functional_call(self.model.features, weights, (x,)))
+
+
+@ALGORITHMS.register("hyperfl")
+class HyperFL(Algorithm):
+    """Shared hypernetwork, private embeddings and classifier heads."""
+
+    name = "hyperfl"
+    reports = Algorithm.reports - {"global_accuracy"}
+    Params = HyperFLParams
+
+    # ------------------------------------------------------------------ construction
+    def _new_hypernet(self) -> HyperNetwork:
+        p = self.params
+        assert isinstance(p, HyperFLParams)
+        return HyperNetwork.for_module(
+            self.model_spec().features,
+            embed_dim=p.embed_dim,
+            hidden_dim=p.hidden_dim,
+            depth=p.depth,
+        )
+
+    def init_server(self) -> None:
+        self.hnet = seeded((self.seed, 0x48F1), self._new_hypernet).to(self.device)
+        init = seeded((self.seed, 0x1417), self.model_spec)
+        self._head0 = {f"head.{k}": v.clone() for k, v in init.head.state_dict().items()}
+        p = self.params
+        assert isinstance(p, HyperFLParams)
+        self._embedding0 = seeded((self.seed, 0xE3B), lambda: torch.randn(p.embed_dim))
+        self._mean: WeightedMean | None = None
+
+    def init_client_state(self, client_id: int) -> dict[str, torch.Tensor]:
+        return {"embedding": self._embedding0.clone()} | {
+            k: v.clone() for k, v in self._head0.items()
+        }
+
+    # ------------------------------------------------------------------ server
+    def broadcast(self, round: int, client_id: int) -> dict[str, torch.Tensor]:
+        return dict(self.hnet.state_dict())
+
+    def begin_round(self, round: int, client_ids: list[int]) -> None:
+        self._mean = WeightedMean()
+
+    def accumulate(self, result: ClientResult) -> None:
+        assert self._mean is not None, "begin_round was not called"
+        self._mean.add(result.upload, float(result.num_samples))
+
+    def end_round(self, round: int) -> None:
+        assert self._mean is not None, "begin_round was not called"
+        self.hnet.load_state_dict(self._mean.result())
+        self._mean = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"hnet": {k: v.clone() for k, v in self.hnet.state_dict().items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.hnet.load_state_dict(state["hnet"])
+
+    def client_embeddings(self, client_states: Mapping[int, Any]) -> np.ndarray:
+        """The learned embeddings, one row per client in id order (paper Figure 8)."""
+        ids = sorted(client_states)
+        return torch.stack([client_states[i]["embedding"] for i in ids]).numpy()
+
+    # ------------------------------------------------------------------ client
+    def _worker_parts(self) -> tuple[HyperNetwork, SplitModel]:
+        """The worker's reusable hypernetwork and network; overwritten for each client."""
+        if getattr(self, "_parts", None) is None:
+            self._parts = (
+                self._new_hypernet().to(self.device),
+                self.model_spec().to(self.device),
+            )
+        return self._parts
+
+    def local_update(
+        self, data: ClientData, task: ClientTask, generator: torch.Generator
+    ) -> ClientResult:
+        p, t = self.params, self.training
+        assert isinstance(p, HyperFLParams)
+        hnet, model = self._worker_parts()
+        hnet.load_state_dict(task.payload)
+        model.head.load_state_dict(
+            {k.removeprefix("head."): v for k, v in task.state.items() if k.startswith("head.")}
+        )
+        embedding = nn.Parameter(task.state["embedding"].clone().to(self.device))
+
+        def generate() -> None:
+            with torch.no_grad():
+                for k, w in hnet(embedding).items():
+                    model.features.get_parameter(k).copy_(w)
+
+        # step 1: the classifier, on the generated (fixed) extractor
+        loss = float("nan")
+        if p.head_epochs:
+            generate()
+            model.features.requires_grad_(False)
+            head_opt = make_optimizer(
+                model.head.parameters(),
+                name=t.optimizer,
+                lr=p.head_lr,
+                momentum=t.momentum,
+                weight_decay=t.weight_decay,
+            )
+            loss = train_epochs(
+                model,
+                data.train,
+                data.info,
+                head_opt,
+                epochs=p.head_epochs,
+                batch_size=t.batch_size,
+                generator=generator,
+                max_grad_norm=p.max_grad_norm,
+                device=self.device,
+            )
+            model.features.requires_grad_(True)
+        # step 2: the hypernetwork and the embedding, through the generated weights
+        model.head.requires_grad_(False)
+        net = _Generated(hnet, embedding, model)
+        opt = make_optimizer(
+            [*hnet.parameters(), embedding],
+            name=t.optimizer,
+            lr=t.lr,
+            momentum=t.momentum,
+            weight_decay=t.weight_decay,
+        )
+        loss = train_epochs(
+            net,
+            data.train,
+            data.info,
+            opt,
+            epochs=t.epochs,
+            batch_size=t.batch_size,
+            generator=generator,
+            loss_fn=lambda m, x, y: F.cross_entropy(m(x), y),
+            max_grad_norm=p.max_grad_norm,
+            device=self.device,
+        )
+        model.head.requires_grad_(True)
+        metrics: dict[str, float] = {"train_loss": loss}
+        if task.evaluate:
+            generate()
+            metrics["accuracy"], metrics["test_loss"] = evaluate(
+                model, data.test, data.info, device=self.device
+            )
+        upload = {k: v.detach().to("cpu", copy=True) for k, v in hnet.state_dict().items()}
+        state = {"embedding": embedding.detach().to("cpu", copy=True)} | {
+            f"head.{k}": v.detach().to("cpu", copy=True) for k, v in model.head.state_dict().items()
+        }
+        return ClientResult(task.client_id, len(data.train), upload, state, metrics)

@@ -1,0 +1,105 @@
+"""HyperFL on real FMNIST: generated shapes, what leaves the client, learning, embeddings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from flcore.algorithms import ClientData, ClientTask
+from flcore.algorithms.training import evaluate
+from flcore.config import validate_config
+from flcore.errors import ConfigError
+from flcore.executor import client_generator
+from flcore.experiment import build_data, build_engine
+from flcore.models import build_model
+from flcore.models.hypernet import HyperNetwork
+
+
+@pytest.mark.parametrize(("model", "channels"), [("cnn_fmnist", 1), ("cnn_cifar", 3)])
+def test_generated_weights_have_exactly_the_extractor_shapes(model: str, channels: int) -> None:
+    net = build_model(model, num_classes=10, in_channels=channels)
+    hnet = HyperNetwork.for_module(net.features, embed_dim=8, hidden_dim=16, depth=2)
+    out = hnet(torch.randn(8))
+    want = {k: p.shape for k, p in net.features.named_parameters()}
+    assert {k: v.shape for k, v in out.items()} == want
+    x = torch.randn(2, channels, *((28, 28) if channels == 1 else (32, 32)))
+    logits = net.head(torch.func.functional_call(net.features, out, (x,)))
+    assert logits.shape == (2, 10)
+
+
+def test_the_paper_hypernetwork_has_about_15m_parameters() -> None:
+    net = build_model("cnn_fmnist", num_classes=10, in_channels=1)
+    hnet = HyperNetwork.for_module(net.features)  # embedding 64, hidden 128, one layer
+    assert 14.5e6 < sum(p.numel() for p in hnet.parameters()) < 15.5e6
+
+
+def _cfg(data_root: Path, **over):  # type: ignore[no-untyped-def]
+    raw = {
+        "algorithm": "hyperfl",
+        "data_root": str(data_root),
+        "num_clients": 3,
+        "samples_per_client": 150,
+        "test_samples_per_client": 100,
+        "rounds": 3,
+        "local_epochs": 1,
+        "batch_size": 50,
+        "lr": 0.01,
+        "workers": 1,
+        "seed": 4,
+        "eval_every": 1,
+        "algorithm_params": {"embed_dim": 16, "hidden_dim": 32},
+    } | over
+    return validate_config(raw)
+
+
+def test_only_hypernetwork_tensors_leave_the_client(data_root: Path) -> None:
+    cfg = _cfg(data_root)
+    engine = build_engine(cfg)
+    alg, data = engine.algorithm, engine.data
+    alg.begin_round(1, [0])
+    task = ClientTask(0, 1, alg.broadcast(1, 0), engine.client_states[0], True, cfg.seed)
+    cdata = ClientData(0, data.client_train(0), data.client_test(0), data.info)
+    result = alg.local_update(cdata, task, client_generator(cfg.seed, 1, 0))
+    hnet_state = alg.hnet.state_dict()
+    assert set(result.upload) == set(hnet_state)
+    assert {k: v.shape for k, v in result.upload.items()} == {
+        k: v.shape for k, v in hnet_state.items()
+    }
+    # the embedding and the classifier stay with the client, and changed there
+    assert set(result.state) == {"embedding", "head.weight", "head.bias"}
+    assert not torch.equal(result.state["embedding"], task.state["embedding"])
+    assert not torch.equal(result.state["head.weight"], task.state["head.weight"])
+    private = [result.state["embedding"], result.state["head.weight"], result.state["head.bias"]]
+    for t in result.upload.values():
+        for secret in private:
+            assert t.shape != secret.shape or not torch.equal(t, secret)
+    assert any(not torch.equal(result.upload[k], hnet_state[k]) for k in hnet_state)
+
+
+def test_three_rounds_improve_on_round_zero_and_embeddings_are_kept(data_root: Path) -> None:
+    cfg = _cfg(data_root)
+    data = build_data(cfg)
+    engine = build_engine(cfg, data=data)
+    alg = engine.algorithm
+    # round 0: every client's initial personalized model (generated extractor + initial head)
+    net = alg.model_spec()
+    with torch.no_grad():
+        for k, w in alg.hnet(alg._embedding0).items():
+            net.features.get_parameter(k).copy_(w)
+    net.head.load_state_dict({k.removeprefix("head."): v for k, v in alg._head0.items()})
+    before = sum(evaluate(net, data.client_test(c), data.info)[0] for c in range(3)) / 3
+    results = list(engine.iter_rounds())
+    assert results[-1].metrics["accuracy"] > before + 0.2
+    assert results[-1].metrics["global_accuracy"] is None
+    emb = alg.client_embeddings(engine.client_states)
+    assert emb.shape == (3, 16)
+    assert len({tuple(r) for r in emb.round(6).tolist()}) == 3  # they start equal, end apart
+
+
+def test_params_are_validated(data_root: Path) -> None:
+    with pytest.raises(ConfigError, match="algorithm_params.depth"):
+        _cfg(data_root, algorithm_params={"depth": 0})
+    with pytest.raises(ConfigError, match="algorithm_params.hidden"):
+        _cfg(data_root, algorithm_params={"hidden": 3})
