@@ -8,6 +8,8 @@ from flcore.algorithms import dp_fedavg_client as _dp_fedavg_client  # noqa: F40
 from flcore.algorithms import fedavg as _fedavg  # noqa: F401  (registers)
 from flcore.algorithms import hyperfl as _hyperfl  # noqa: F401  (registers)
 from flcore.algorithms import local as _local  # noqa: F401  (registers)
+from flcore.algorithms import pfedhn as _pfedhn  # noqa: F401  (registers)
+from flcore.algorithms import pfedhn_pc as _pfedhn_pc  # noqa: F401  (registers)
 from flcore.algorithms import ppsgd as _ppsgd  # noqa: F401  (registers)
 from flcore.algorithms.base import (
     ALGORITHMS,

@@ -1,0 +1,199 @@
+"""pFedHN: Shamsian, Navon, Fetaya & Chechik, "Personalized Federated Learning using
+Hypernetworks", ICML 2021 (HyperFL's baseline, Guo et al., AAAI 2025, Table 1).
+
+The server holds a hypernetwork ``h(.; phi)`` and one embedding ``v_i`` per client. In a round,
+for each sampled client i:
+
+1. the server generates the client's whole model ``theta_i = h(v_i; phi)`` and sends it;
+2. the client trains it locally (the configured local training) to ``theta~_i`` and sends back
+   the delta ``theta~_i - theta_i``;
+3. the server updates ``phi`` and ``v_i`` by the chain rule through the generated weights,
+   ``grad_phi = (d theta_i / d phi)^T (theta_i - theta~_i)`` (and likewise for ``v_i``).
+
+The hypernetwork and its server optimizer follow the paper's code defaults: embedding size
+``1 + N/4``, an MLP body of 3 hidden layers of 100 units, one linear head per target tensor;
+SGD with lr 1e-2, momentum 0.9, weight decay 1e-3 over ``phi`` and the embeddings.
+
+Deviations, stated:
+- The paper samples one client per step. Here a round's clients all start from weights
+  generated at the start of the round (they train in parallel), and the server takes one
+  optimizer step per client as each delta arrives (streamed, in client-id order, nothing kept),
+  so it makes the paper's number of updates; the chain rule is taken at the current ``phi``,
+  which for all but the round's first client has moved since its weights were generated.
+- Local training is the configured one (HyperFL's setup: 5 epochs, batch 50, SGD lr 0.01,
+  momentum 0.5), the same for every method, rather than the paper's inner steps.
+
+``accuracy`` is each client's locally trained model on its own test set. There is no global
+model (each client's model is generated for it), so ``global_accuracy`` is null.
+``pfedhn_pc`` (pfedhn_pc.py) generates only the feature extractor and keeps a personal
+classifier on each client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import Field
+from torch import nn
+
+from flcore.algorithms.base import (
+    ALGORITHMS,
+    Algorithm,
+    AlgorithmParams,
+    ClientData,
+    ClientResult,
+    ClientTask,
+    seeded,
+)
+from flcore.algorithms.training import evaluate, make_optimizer, train_epochs
+from flcore.models.hypernet import HyperNetwork
+
+__all__ = ["PFedHN"]
+
+
+class PFedHNParams(AlgorithmParams):
+    embed_dim: int | None = Field(None, ge=1, description="None: 1 + num_clients / 4")
+    hidden_dim: int = Field(100, ge=1)
+    depth: int = Field(3, ge=1, le=8)
+    server_lr: float = Field(1e-2, gt=0)
+    server_momentum: float = Field(0.9, ge=0, lt=1)
+    server_weight_decay: float = Field(1e-3, ge=0)
+
+
+@ALGORITHMS.register("pfedhn")
+class PFedHN(Algorithm):
+    """A server-side hypernetwork generating each client's model from its embedding."""
+
+    name = "pfedhn"
+    reports = Algorithm.reports - {"global_accuracy"}
+    Params = PFedHNParams
+    #: generate the classifier too (pfedhn) or keep a personal one on each client (pfedhn_pc)
+    personal_head = False
+
+    def _embed_dim(self) -> int:
+        p = self.params
+        assert isinstance(p, PFedHNParams)
+        return p.embed_dim or int(1 + self.num_clients / 4)
+
+    def _target(self) -> nn.Module:
+        model = self.model_spec()
+        return model.features if self.personal_head else model
+
+    def _prefix(self) -> str:
+        return "features." if self.personal_head else ""
+
+    def init_server(self) -> None:
+        p = self.params
+        assert isinstance(p, PFedHNParams)
+        self.hnet = seeded(
+            (self.seed, 0x9FE),
+            lambda: HyperNetwork.for_module(
+                self._target(), embed_dim=self._embed_dim(), hidden_dim=p.hidden_dim, depth=p.depth
+            ),
+        ).to(self.device)
+        self.embeddings = nn.Parameter(
+            seeded((self.seed, 0xE3C), lambda: torch.randn(self.num_clients, self._embed_dim())).to(
+                self.device
+            )
+        )
+        self.opt = torch.optim.SGD(
+            [*self.hnet.parameters(), self.embeddings],
+            lr=p.server_lr,
+            momentum=p.server_momentum,
+            weight_decay=p.server_weight_decay,
+        )
+        if self.personal_head:
+            init = seeded((self.seed, 0x1417), self.model_spec)
+            self._head0 = {f"head.{k}": v.clone() for k, v in init.head.state_dict().items()}
+        self._count = 0
+
+    def init_client_state(self, client_id: int) -> Any:
+        return {k: v.clone() for k, v in self._head0.items()} if self.personal_head else None
+
+    def _generate(self, client_id: int) -> dict[str, torch.Tensor]:
+        prefix = self._prefix()
+        return {prefix + k: v for k, v in self.hnet(self.embeddings[client_id]).items()}
+
+    # ------------------------------------------------------------------ server
+    def broadcast(self, round: int, client_id: int) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            return {k: v.detach().clone() for k, v in self._generate(client_id).items()}
+
+    def begin_round(self, round: int, client_ids: list[int]) -> None:
+        self._count = 0
+
+    def accumulate(self, result: ClientResult) -> None:
+        """One server step from this client's delta, by the chain rule (the graph is freed)."""
+        self.opt.zero_grad(set_to_none=True)
+        generated = self._generate(result.client_id)
+        names = list(generated)
+        torch.autograd.backward(
+            [generated[k] for k in names],
+            grad_tensors=[-result.upload[k].to(self.device) for k in names],
+        )
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self._count += 1
+
+    def end_round(self, round: int) -> None:
+        if not self._count:
+            raise ValueError("no client was aggregated this round")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "hnet": {k: v.clone() for k, v in self.hnet.state_dict().items()},
+            "embeddings": self.embeddings.detach().clone(),
+            "opt": self.opt.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.hnet.load_state_dict(state["hnet"])
+        with torch.no_grad():
+            self.embeddings.copy_(state["embeddings"])
+        self.opt.load_state_dict(state["opt"])
+
+    def client_embeddings(self, client_states: Mapping[int, Any]) -> np.ndarray:
+        """The learned (server-side) embeddings, one row per client."""
+        return self.embeddings.detach().cpu().numpy().copy()
+
+    # ------------------------------------------------------------------ client
+    def local_update(
+        self, data: ClientData, task: ClientTask, generator: torch.Generator
+    ) -> ClientResult:
+        t = self.training
+        if getattr(self, "_client_model", None) is None:
+            self._client_model = self.model_spec().to(self.device)
+        model = self._client_model
+        start = {k: v.to(self.device) for k, v in task.payload.items()}
+        model.load_state_dict(start | (task.state or {}))
+        opt = make_optimizer(
+            model.parameters(),
+            name=t.optimizer,
+            lr=t.lr,
+            momentum=t.momentum,
+            weight_decay=t.weight_decay,
+        )
+        loss = train_epochs(
+            model,
+            data.train,
+            data.info,
+            opt,
+            epochs=t.epochs,
+            batch_size=t.batch_size,
+            generator=generator,
+            device=self.device,
+        )
+        metrics = {"train_loss": loss}
+        if task.evaluate:
+            metrics["accuracy"], metrics["test_loss"] = evaluate(
+                model, data.test, data.info, device=self.device
+            )
+        trained = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        delta = {k: trained[k] - task.payload[k].cpu() for k in task.payload}
+        head = {k: v for k, v in trained.items() if k.startswith("head.")}
+        return ClientResult(
+            task.client_id, len(data.train), delta, head if self.personal_head else None, metrics
+        )

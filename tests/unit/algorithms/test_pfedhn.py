@@ -1,0 +1,91 @@
+"""pFedHN and pFedHN-PC on real FMNIST: what is sent, what comes back, and the server step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from flcore.algorithms import ClientData, ClientTask
+from flcore.config import validate_config
+from flcore.executor import client_generator
+from flcore.experiment import build_engine
+
+
+def _cfg(data_root: Path, algorithm: str, **over):  # type: ignore[no-untyped-def]
+    raw = {
+        "algorithm": algorithm,
+        "data_root": str(data_root),
+        "num_clients": 4,
+        "samples_per_client": 100,
+        "test_samples_per_client": 50,
+        "rounds": 2,
+        "local_epochs": 1,
+        "batch_size": 25,
+        "lr": 0.05,
+        "workers": 1,
+        "seed": 6,
+    } | over
+    return validate_config(raw)
+
+
+def _client(engine, cid: int = 1):  # type: ignore[no-untyped-def]
+    alg, data = engine.algorithm, engine.data
+    alg.begin_round(1, [cid])
+    task = ClientTask(cid, 1, alg.broadcast(1, cid), engine.client_states[cid], True, 6)
+    cdata = ClientData(cid, data.client_train(cid), data.client_test(cid), data.info)
+    return task, alg.local_update(cdata, task, client_generator(6, 1, cid))
+
+
+@pytest.mark.parametrize("algorithm", ["pfedhn", "pfedhn_pc"])
+def test_generated_model_goes_down_and_its_delta_comes_back(
+    data_root: Path, algorithm: str
+) -> None:
+    engine = build_engine(_cfg(data_root, algorithm))
+    alg = engine.algorithm
+    task, result = _client(engine)
+    model_keys = set(alg.model_spec().state_dict())
+    if algorithm == "pfedhn":
+        assert set(task.payload) == model_keys  # the whole model is generated
+        assert result.state is None
+    else:
+        assert set(task.payload) == {k for k in model_keys if k.startswith("features.")}
+        assert set(result.state) == {"head.weight", "head.bias"}  # the head stays
+        assert not torch.equal(result.state["head.weight"], task.state["head.weight"])
+    assert set(result.upload) == set(task.payload)  # a delta of exactly what was sent
+    assert sum(float(d.abs().sum()) for d in result.upload.values()) > 0
+    # embedding dimension of the paper's code: 1 + N / 4
+    assert alg.embeddings.shape == (4, 2)
+
+
+def test_a_server_step_moves_the_generated_model_toward_the_trained_one(
+    data_root: Path,
+) -> None:
+    cfg = _cfg(
+        data_root,
+        "pfedhn",
+        algorithm_params={"server_lr": 1e-3, "server_momentum": 0.0, "server_weight_decay": 0},
+    )
+    engine = build_engine(cfg)
+    alg = engine.algorithm
+    task, result = _client(engine)
+    trained = {k: task.payload[k] + result.upload[k] for k in task.payload}
+
+    def gap() -> float:
+        now = alg.broadcast(1, 1)
+        return sum(float((now[k] - trained[k]).pow(2).sum()) for k in trained)
+
+    other = alg.embeddings[0].detach().clone()
+    before = gap()
+    alg.accumulate(result)
+    alg.end_round(1)
+    assert gap() < before
+    assert torch.equal(alg.embeddings[0].detach(), other)  # only client 1's embedding moved
+
+
+def test_end_round_without_clients_is_an_error(data_root: Path) -> None:
+    engine = build_engine(_cfg(data_root, "pfedhn"))
+    engine.algorithm.begin_round(1, [])
+    with pytest.raises(ValueError, match="no client"):
+        engine.algorithm.end_round(1)
