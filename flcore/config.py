@@ -93,6 +93,9 @@ class ExperimentConfig(_Strict):
     dataset: str = "fmnist"
     data_root: str | None = None
     model: str | None = Field(None, description="model name; None: the dataset's default")
+    model_params: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments of the model (checked by name)"
+    )
     num_clients: int = Field(20, ge=1)
     samples_per_client: int | None = Field(600, ge=1)
     test_samples_per_client: int | None = Field(None, ge=1)
@@ -178,6 +181,20 @@ def _check_names(cfg: ExperimentConfig) -> None:
         raise ConfigError(
             "model", f"unknown model {cfg.model!r}; known: {', '.join(MODELS.names())}"
         )
+    if cfg.model_params:
+        import inspect
+
+        name = cfg.model or DATASET_INFO[cfg.dataset].model
+        accepted = set(inspect.signature(MODELS.get(name)).parameters) - {
+            "num_classes",
+            "in_channels",
+        }
+        for key in cfg.model_params:
+            if key not in accepted:
+                raise ConfigError(
+                    f"model_params.{key}",
+                    f"unknown key for model {name!r}; known: {', '.join(sorted(accepted))}",
+                )
     if cfg.partition.name == "pathological":
         n_cls = DATASET_INFO[cfg.dataset].num_classes
         if cfg.partition.k > n_cls:

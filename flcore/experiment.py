@@ -87,7 +87,12 @@ def build_engine(
     """The engine for ``cfg``; pass ``data`` to reuse an already built federated dataset."""
     data = data if data is not None else build_data(cfg)
     info = data.info
-    model_spec = ModelSpec(cfg.model or info.model, info.num_classes, info.in_channels)
+    model_spec = ModelSpec(
+        cfg.model or info.model,
+        info.num_classes,
+        info.in_channels,
+        tuple(sorted(cfg.model_params.items())),
+    )
     training = LocalTraining(
         epochs=cfg.local_epochs,
         batch_size=cfg.batch_size,

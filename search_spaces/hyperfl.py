@@ -26,7 +26,7 @@ from typing import Any
 from search_spaces.base import SPACES, param_name
 from search_spaces.fedavg import fedavg_space
 
-__all__ = ["hyperfl_space", "pfedhn_space", "pfedhn_pc_space"]
+__all__ = ["hyperfl_space", "hyperfl_lpm_space", "pfedhn_space", "pfedhn_pc_space"]
 
 
 @SPACES.register("hyperfl")
@@ -56,3 +56,9 @@ def pfedhn_space(trial: Any, algorithm: str = "pfedhn") -> None:
 def pfedhn_pc_space(trial: Any, algorithm: str = "pfedhn_pc") -> None:
     """pFedHN-PC: pFedHN's space."""
     pfedhn_space(trial, algorithm)
+
+
+@SPACES.register("hyperfl_lpm")
+def hyperfl_lpm_space(trial: Any, algorithm: str = "hyperfl_lpm") -> None:
+    """HyperFL-LPM: HyperFL's space (the hypernetwork generates adapters instead)."""
+    hyperfl_space(trial, algorithm)

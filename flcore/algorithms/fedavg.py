@@ -21,22 +21,25 @@ mechanism required.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
+from pydantic import Field
 from torch import nn
 
 from flcore.algorithms.aggregate import WeightedMean
 from flcore.algorithms.base import (
     ALGORITHMS,
     Algorithm,
+    AlgorithmParams,
     ClientData,
     ClientResult,
     ClientTask,
     seeded,
 )
 from flcore.algorithms.training import evaluate, make_optimizer, train_epochs
+from flcore.errors import ConfigError
 from flcore.privacy.client_level import ClientLevelDP
 from flcore.privacy.dpsgd import DPSGD
 from flcore.privacy.isrl import PerClientAccounting
@@ -44,15 +47,53 @@ from flcore.privacy.isrl import PerClientAccounting
 __all__ = ["FedAvg"]
 
 
+class FedAvgParams(AlgorithmParams):
+    trainable: Literal["all", "head", "adapters"] = Field(
+        "all",
+        description="what trains and is shared: the whole model, only the classifier head "
+        "(a fixed extractor), or adapters + head (adapter fine-tuning of a frozen backbone)",
+    )
+
+
 @ALGORITHMS.register("fedavg")
 class FedAvg(Algorithm):
-    """Federated averaging of whole models, weighted by client sample counts."""
+    """Federated averaging of whole models, weighted by client sample counts.
+
+    ``algorithm_params.trainable`` restricts training and sharing to the head (HyperFL Table 2's
+    "fixed feature extractor") or to adapters + head ("adapter fine-tuning"); the frozen rest is
+    the same seeded (or pretrained) network on the server and every client.
+    """
 
     name = "fedavg"
     privacy_mechanisms = frozenset({"dpsgd", "client"})
+    Params = FedAvgParams
+
+    def trainable_keys(self, model: nn.Module) -> list[str] | None:
+        """State keys that train and travel; None means the whole model."""
+        which = getattr(self.params, "trainable", "all")
+        if which == "all":
+            return None
+        keys = list(model.head_keys())
+        if which == "adapters":
+            adapters = getattr(model, "adapter_keys", lambda: [])()
+            if not adapters:
+                raise ConfigError(
+                    "algorithm_params.trainable",
+                    f"'adapters' needs a backbone with adapters (resnet18_adapter, "
+                    f"vit_s16_adapter), got model {self.model_spec.name!r}",
+                )
+            keys = adapters + keys
+        return keys
+
+    def shared_state(self) -> dict[str, torch.Tensor]:
+        """The server model's tensors that train and travel."""
+        state = self.model.state_dict()
+        keys = self.trainable_keys(self.model)
+        return dict(state) if keys is None else {k: state[k] for k in keys}
 
     def init_server(self) -> None:
         self.model = seeded((self.seed, 0x1417), self.model_spec).to(self.device)
+        self.trainable_keys(self.model)  # a bad ``trainable`` fails before any round
         self._mean: WeightedMean | None = None
         p, t = self.privacy, self.training
         self._record_dp = (
@@ -69,12 +110,12 @@ class FedAvg(Algorithm):
         )
 
     def broadcast(self, round: int, client_id: int) -> dict[str, torch.Tensor]:
-        return dict(self.model.state_dict())
+        return self.shared_state()
 
     def begin_round(self, round: int, client_ids: list[int]) -> None:
         self._round = round
         if self._client_dp is not None:
-            self._client_dp.begin(self.model.state_dict())
+            self._client_dp.begin(self.shared_state())
         else:
             self._mean = WeightedMean()
 
@@ -92,10 +133,10 @@ class FedAvg(Algorithm):
             noise = torch.Generator().manual_seed(
                 int(np.random.SeedSequence([self.seed, 0xD9, round]).generate_state(1)[0])
             )
-            self.model.load_state_dict(self._client_dp.result(noise))
+            self.model.load_state_dict(self._client_dp.result(noise), strict=False)
             return
         assert self._mean is not None, "begin_round was not called"
-        self.model.load_state_dict(self._mean.result())
+        self.model.load_state_dict(self._mean.result(), strict=False)
         self._mean = None
 
     def privacy_metrics(self) -> dict[str, float]:
@@ -122,7 +163,14 @@ class FedAvg(Algorithm):
     def client_model(self) -> nn.Module:
         """The worker's reusable network; its weights are overwritten for each client."""
         if getattr(self, "_client_model", None) is None:
-            self._client_model = self.model_spec().to(self.device)
+            # seeded as the server's model, so frozen parts are the same network everywhere
+            model = seeded((self.seed, 0x1417), self.model_spec).to(self.device)
+            keys = self.trainable_keys(model)
+            if keys is not None:
+                wanted = set(keys)
+                for k, p in model.named_parameters():
+                    p.requires_grad_(k in wanted)
+            self._client_model = model
         return self._client_model
 
     def local_optimizer(
@@ -178,14 +226,18 @@ class FedAvg(Algorithm):
         self, data: ClientData, task: ClientTask, generator: torch.Generator
     ) -> ClientResult:
         model = self.client_model()
-        model.load_state_dict(self.starting_weights(task))
+        model.load_state_dict(self.starting_weights(task), strict=False)
         loss = self.train_local(model, data, generator)
         metrics = {"train_loss": loss}
         if task.evaluate:
             metrics["accuracy"], metrics["test_loss"] = evaluate(
                 model, data.test, data.info, device=self.device
             )
-        weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        keys = self.trainable_keys(model)
+        state = model.state_dict()
+        weights = {
+            k: state[k].detach().to("cpu", copy=True) for k in (state if keys is None else keys)
+        }
         upload, state = self.split_result(weights)
         return ClientResult(task.client_id, len(data.train), upload, state, metrics)
 

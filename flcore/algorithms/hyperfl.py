@@ -86,11 +86,15 @@ class HyperFL(Algorithm):
     Params = HyperFLParams
 
     # ------------------------------------------------------------------ construction
+    def _target_shapes(self, model: SplitModel) -> dict[str, torch.Size]:
+        """What the hypernetwork generates, by name inside ``features``: all of it here."""
+        return {k: p.shape for k, p in model.features.named_parameters()}
+
     def _new_hypernet(self) -> HyperNetwork:
         p = self.params
         assert isinstance(p, HyperFLParams)
-        return HyperNetwork.for_module(
-            self.model_spec().features,
+        return HyperNetwork(
+            self._target_shapes(self.model_spec()),
             embed_dim=p.embed_dim,
             hidden_dim=p.hidden_dim,
             depth=p.depth,
@@ -143,7 +147,9 @@ class HyperFL(Algorithm):
         if getattr(self, "_parts", None) is None:
             self._parts = (
                 self._new_hypernet().to(self.device),
-                self.model_spec().to(self.device),
+                # seeded as the server's: parts that are not generated (a frozen backbone) must
+                # be the same network in every worker
+                seeded((self.seed, 0x1417), self.model_spec).to(self.device),
             )
         return self._parts
 
@@ -168,6 +174,7 @@ class HyperFL(Algorithm):
         loss = float("nan")
         if p.head_epochs:
             generate()
+            flags = {k: q.requires_grad for k, q in model.features.named_parameters()}
             model.features.requires_grad_(False)
             head_opt = make_optimizer(
                 model.head.parameters(),
@@ -187,7 +194,8 @@ class HyperFL(Algorithm):
                 max_grad_norm=p.max_grad_norm,
                 device=self.device,
             )
-            model.features.requires_grad_(True)
+            for k, q in model.features.named_parameters():
+                q.requires_grad_(flags[k])
         # step 2: the hypernetwork and the embedding, through the generated weights
         model.head.requires_grad_(False)
         net = _Generated(hnet, embedding, model)

@@ -36,10 +36,10 @@ class LocalOnly(FedAvg):
     privacy_mechanisms = frozenset()  # nothing leaves the client: there is nothing to protect
 
     def init_server(self) -> None:
-        self._init = {
-            k: v.clone()
-            for k, v in seeded((self.seed, 0x1417), self.model_spec).state_dict().items()
-        }
+        model = seeded((self.seed, 0x1417), self.model_spec)
+        keys = self.trainable_keys(model)  # the client keeps only what trains
+        state = model.state_dict()
+        self._init = {k: state[k].clone() for k in (state if keys is None else keys)}
 
     def init_client_state(self, client_id: int) -> dict[str, torch.Tensor]:
         return {k: v.clone() for k, v in self._init.items()}

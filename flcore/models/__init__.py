@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from flcore.models import adapters as _adapters  # noqa: F401  (registers the LPM backbones)
 from flcore.models import cnn as _cnn  # noqa: F401  (registers the CNNs)
 from flcore.models.base import MODELS, SplitModel, build_model
 

@@ -41,10 +41,14 @@ PRIVACY = {
 }
 
 
+#: what an algorithm that needs another network gets (HyperFL-LPM: a backbone with adapters)
+MODEL = {"hyperfl_lpm": {"model": "resnet18_adapter", "model_params": {"tiny": True}}}
+
+
 def _cfg(raw: dict, algorithm: str):  # type: ignore[no-untyped-def]
     needs = ALGORITHMS.get(algorithm).requires_privacy
     extra = {"privacy": PRIVACY[needs]} if needs else {}
-    return validate_config(raw | {"algorithm": algorithm} | extra)
+    return validate_config(raw | {"algorithm": algorithm} | extra | MODEL.get(algorithm, {}))
 
 
 @pytest.mark.parametrize("algorithm", ALL)
