@@ -103,3 +103,15 @@ def test_params_are_validated(data_root: Path) -> None:
         _cfg(data_root, algorithm_params={"depth": 0})
     with pytest.raises(ConfigError, match="algorithm_params.hidden"):
         _cfg(data_root, algorithm_params={"hidden": 3})
+
+
+def test_clients_keep_no_copy_of_the_hypernetwork_between_rounds(data_root: Path) -> None:
+    """What the engine keeps per client is the embedding and the head: small, whatever the
+    hypernetwork's size (the server's mean is a stream, not N copies)."""
+    cfg = _cfg(data_root, rounds=1, algorithm_params={})  # the paper's 15M-parameter generator
+    engine = build_engine(cfg)
+    engine.run()
+    hnet = sum(p.numel() for p in engine.algorithm.hnet.parameters())
+    for state in engine.client_states.values():
+        kept = sum(t.numel() for t in state.values())
+        assert kept < 2000 < hnet / 1000
