@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -295,6 +295,22 @@ class Algorithm(ABC):
         """Restore :meth:`state_dict`."""
 
     # ----------------------------------------------------------------- client side
+    def local_optimizer(
+        self, params: Iterable[torch.Tensor], *, lr: float | None = None, lr_scale: float = 1.0
+    ) -> torch.optim.Optimizer:
+        """The configured local optimizer (name, momentum, weight decay) over ``params``, at
+        ``lr`` (default: the configured one) times ``lr_scale``; a fresh one each round."""
+        from flcore.algorithms.training import make_optimizer
+
+        t = self.training
+        return make_optimizer(
+            params,
+            name=t.optimizer,
+            lr=(t.lr if lr is None else lr) * lr_scale,
+            momentum=t.momentum,
+            weight_decay=t.weight_decay,
+        )
+
     @abstractmethod
     def local_update(
         self, data: ClientData, task: ClientTask, generator: torch.Generator

@@ -20,7 +20,7 @@ mechanism required.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -38,7 +38,7 @@ from flcore.algorithms.base import (
     ClientTask,
     seeded,
 )
-from flcore.algorithms.training import evaluate, make_optimizer, train_epochs
+from flcore.algorithms.training import evaluate, train_epochs
 from flcore.errors import ConfigError
 from flcore.privacy.client_level import ClientLevelDP
 from flcore.privacy.dpsgd import DPSGD
@@ -172,19 +172,6 @@ class FedAvg(Algorithm):
                     p.requires_grad_(k in wanted)
             self._client_model = model
         return self._client_model
-
-    def local_optimizer(
-        self, params: Iterable[torch.Tensor], lr_scale: float = 1.0
-    ) -> torch.optim.Optimizer:
-        """The configured local optimizer over ``params`` (a fresh one each round)."""
-        t = self.training
-        return make_optimizer(
-            params,
-            name=t.optimizer,
-            lr=t.lr * lr_scale,
-            momentum=t.momentum,
-            weight_decay=t.weight_decay,
-        )
 
     def train_local(
         self,

@@ -48,7 +48,7 @@ from flcore.algorithms.base import (
     ClientTask,
     seeded,
 )
-from flcore.algorithms.training import evaluate, make_optimizer, train_epochs
+from flcore.algorithms.training import evaluate, train_epochs
 from flcore.models.base import SplitModel
 from flcore.models.hypernet import HyperNetwork
 
@@ -176,13 +176,7 @@ class HyperFL(Algorithm):
             generate()
             flags = {k: q.requires_grad for k, q in model.features.named_parameters()}
             model.features.requires_grad_(False)
-            head_opt = make_optimizer(
-                model.head.parameters(),
-                name=t.optimizer,
-                lr=p.head_lr,
-                momentum=t.momentum,
-                weight_decay=t.weight_decay,
-            )
+            head_opt = self.local_optimizer(model.head.parameters(), lr=p.head_lr)
             loss = train_epochs(
                 model,
                 data.train,
@@ -199,13 +193,7 @@ class HyperFL(Algorithm):
         # step 2: the hypernetwork and the embedding, through the generated weights
         model.head.requires_grad_(False)
         net = _Generated(hnet, embedding, model)
-        opt = make_optimizer(
-            [*hnet.parameters(), embedding],
-            name=t.optimizer,
-            lr=t.lr,
-            momentum=t.momentum,
-            weight_decay=t.weight_decay,
-        )
+        opt = self.local_optimizer([*hnet.parameters(), embedding])
         loss = train_epochs(
             net,
             data.train,

@@ -48,7 +48,7 @@ from flcore.algorithms.base import (
     ClientTask,
     seeded,
 )
-from flcore.algorithms.training import evaluate, make_optimizer, train_epochs
+from flcore.algorithms.training import evaluate, train_epochs
 from flcore.models.hypernet import HyperNetwork
 
 __all__ = ["PFedHN"]
@@ -169,13 +169,7 @@ class PFedHN(Algorithm):
         model = self._client_model
         start = {k: v.to(self.device) for k, v in task.payload.items()}
         model.load_state_dict(start | (task.state or {}))
-        opt = make_optimizer(
-            model.parameters(),
-            name=t.optimizer,
-            lr=t.lr,
-            momentum=t.momentum,
-            weight_decay=t.weight_decay,
-        )
+        opt = self.local_optimizer(model.parameters())
         loss = train_epochs(
             model,
             data.train,

@@ -70,7 +70,7 @@ class _AdditiveStep:
         self.w = {k: w[k].clone().requires_grad_(True) for k, _ in self.named}
         self.theta = {k: theta[k].clone().requires_grad_(True) for k, _ in self.named}
         self.opt_w = make(self.w.values())
-        self.opt_theta = make(self.theta.values(), alpha) if alpha > 0 else None
+        self.opt_theta = make(self.theta.values(), lr_scale=alpha) if alpha > 0 else None
         self._write()
 
     @torch.no_grad()

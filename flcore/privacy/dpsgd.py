@@ -23,8 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from flcore.errors import ConfigError
-from flcore.privacy.mechanisms import MECHANISMS
+from flcore.privacy.mechanisms import MECHANISMS, check_noise_and_clip
 
 __all__ = ["DPSGD", "per_sample_gradients", "clip_per_sample"]
 
@@ -67,12 +66,7 @@ class DPSGD:
     batch_size: int
 
     def __post_init__(self) -> None:
-        if self.noise_multiplier < 0 or math.isnan(self.noise_multiplier):
-            raise ConfigError(
-                "privacy.noise_multiplier", f"must be >= 0, got {self.noise_multiplier}"
-            )
-        if not self.clip > 0:
-            raise ConfigError("privacy.clip", f"must be > 0, got {self.clip}")
+        check_noise_and_clip(self.noise_multiplier, self.clip)
 
     def sample_rate(self, n: int) -> float:
         return min(1.0, self.batch_size / n)

@@ -18,13 +18,11 @@ summing per-round epsilons.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
-from flcore.errors import ConfigError
-from flcore.privacy.mechanisms import MECHANISMS
+from flcore.privacy.mechanisms import MECHANISMS, check_noise_and_clip
 
 __all__ = ["GaussianMechanism", "clip_rows", "class_means"]
 
@@ -62,12 +60,7 @@ class GaussianMechanism:
     clip: float
 
     def __post_init__(self) -> None:
-        if self.noise_multiplier < 0 or math.isnan(self.noise_multiplier):
-            raise ConfigError(
-                "privacy.noise_multiplier", f"must be >= 0, got {self.noise_multiplier}"
-            )
-        if not self.clip > 0:
-            raise ConfigError("privacy.clip", f"must be > 0, got {self.clip}")
+        check_noise_and_clip(self.noise_multiplier, self.clip)
 
     def sensitivity(self, counts: torch.Tensor) -> torch.Tensor:
         """``2 zeta / N_j`` per class (0 where a class has no record: nothing is released)."""

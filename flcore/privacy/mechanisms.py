@@ -19,9 +19,17 @@ from flcore.errors import ConfigError
 from flcore.privacy.accounting import check_delta, check_epsilon
 from flcore.registry import Registry
 
-__all__ = ["MECHANISMS", "classic_gaussian_multiplier"]
+__all__ = ["MECHANISMS", "check_noise_and_clip", "classic_gaussian_multiplier"]
 
 MECHANISMS: Registry[type] = Registry("privacy mechanism")
+
+
+def check_noise_and_clip(noise_multiplier: float, clip: float) -> None:
+    """The checks every mechanism makes of its two knobs, with the config keys they come from."""
+    if noise_multiplier < 0 or math.isnan(noise_multiplier):
+        raise ConfigError("privacy.noise_multiplier", f"must be >= 0, got {noise_multiplier}")
+    if not clip > 0:
+        raise ConfigError("privacy.clip", f"must be > 0, got {clip}")
 
 
 def classic_gaussian_multiplier(epsilon: float, delta: float) -> float:

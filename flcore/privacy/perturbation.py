@@ -27,7 +27,11 @@ import torch
 
 from flcore.errors import ConfigError
 from flcore.privacy.accounting import check_delta, check_epsilon
-from flcore.privacy.mechanisms import MECHANISMS, classic_gaussian_multiplier
+from flcore.privacy.mechanisms import (
+    MECHANISMS,
+    check_noise_and_clip,
+    classic_gaussian_multiplier,
+)
 
 __all__ = ["ParameterPerturbation", "network_dp_epsilon"]
 
@@ -50,12 +54,7 @@ class ParameterPerturbation:
     clip: float
 
     def __post_init__(self) -> None:
-        if self.noise_multiplier < 0 or math.isnan(self.noise_multiplier):
-            raise ConfigError(
-                "privacy.noise_multiplier", f"must be >= 0, got {self.noise_multiplier}"
-            )
-        if not self.clip > 0:
-            raise ConfigError("privacy.clip", f"must be > 0, got {self.clip}")
+        check_noise_and_clip(self.noise_multiplier, self.clip)
 
     @classmethod
     def from_epsilon(cls, epsilon: float, delta: float, clip: float) -> ParameterPerturbation:
