@@ -24,10 +24,14 @@ def test_defaults_are_hyperfl_fmnist_setup() -> None:
     assert cfg.partition.name == "dominant" and cfg.partition.s == 20
 
 
-@pytest.mark.parametrize("name", ["fedavg_fmnist.yaml", "local_fmnist.yaml", "quickstart.yaml"])
-def test_shipped_configs_validate(name: str) -> None:
-    cfg = load_config(SHIPPED / name)
-    assert cfg.dataset == "fmnist"
+@pytest.mark.parametrize(
+    "path", sorted(p.relative_to(SHIPPED).as_posix() for p in SHIPPED.rglob("*.yaml"))
+)
+def test_shipped_configs_validate(path: str) -> None:
+    cfg = load_config(SHIPPED / path)
+    assert cfg.dataset in ("fmnist", "cifar10", "emnist")
+    if path.startswith("lpm/"):
+        assert cfg.batch_size == 16 and cfg.model_params == {"pretrained": True}
 
 
 def test_shipped_fedavg_config_is_the_paper_setup() -> None:

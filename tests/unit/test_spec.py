@@ -22,7 +22,8 @@ def _spec(**over: object) -> dict:
 
 def test_quickstart_spec_is_valid_and_small() -> None:
     spec = load_spec(QUICKSTART)
-    assert spec.algorithms == ["fedavg", "local"] and spec.multi_objective
+    assert spec.algorithms == ["fedavg", "local", "dp_fedavg", "hyperfl"]
+    assert spec.multi_objective and [o.name for o in spec.objectives] == ["accuracy", "epsilon"]
     assert spec.base.dataset == "fmnist" and spec.num_samples * spec.base.rounds <= 40
 
 
