@@ -9,6 +9,8 @@ name (``accuracy``, ``epsilon`` ...), and the config as ``params.<key>`` columns
 
 from __future__ import annotations
 
+import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,16 @@ def _coerce(value: str) -> Any:
     return {"True": True, "False": False, "None": None, "null": None}.get(value, value)
 
 
+def _unsanitize(value: float) -> float:
+    """MLflow's SQL store saves +-inf as +-sys.float_info.max; a non-DP run's epsilon is inf,
+    so map those back (no real metric reaches 1.8e308)."""
+    if value >= sys.float_info.max:
+        return math.inf
+    if value <= -sys.float_info.max:
+        return -math.inf
+    return value
+
+
 def runs_frame(runs: list[Any]) -> pd.DataFrame:
     """One row per MLflow run (``mlflow.entities.Run``)."""
     rows = []
@@ -59,7 +71,7 @@ def runs_frame(runs: list[Any]) -> pd.DataFrame:
             row["algorithm"] = data.params.get("algorithm")
         if row["dataset"] is None:
             row["dataset"] = data.params.get("dataset")
-        row.update({k: float(v) for k, v in data.metrics.items()})
+        row.update({k: _unsanitize(float(v)) for k, v in data.metrics.items()})
         row.update(
             {
                 f"params.{k}": _coerce(v)
