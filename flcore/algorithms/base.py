@@ -311,6 +311,35 @@ class Algorithm(ABC):
             weight_decay=t.weight_decay,
         )
 
+    def run_epochs(
+        self,
+        model: nn.Module,
+        data: ClientData,
+        optimizer: Any,
+        generator: torch.Generator,
+        *,
+        epochs: int | None = None,
+        **hooks: Any,
+    ) -> float:
+        """:func:`~flcore.algorithms.training.train_epochs` over the client's training records
+        with the configured batch size on this algorithm's device: ``epochs`` (default: the
+        configured local epochs), and any of its hooks (``loss_fn``, ``backward``, ``sampler``,
+        ``max_grad_norm``). Returns the mean training loss."""
+        from flcore.algorithms.training import train_epochs
+
+        t = self.training
+        return train_epochs(
+            model,
+            data.train,
+            data.info,
+            optimizer,
+            epochs=t.epochs if epochs is None else epochs,
+            batch_size=t.batch_size,
+            generator=generator,
+            device=self.device,
+            **hooks,
+        )
+
     @abstractmethod
     def local_update(
         self, data: ClientData, task: ClientTask, generator: torch.Generator

@@ -38,7 +38,7 @@ from flcore.algorithms.base import (
     ClientTask,
     seeded,
 )
-from flcore.algorithms.training import evaluate, train_epochs
+from flcore.algorithms.training import evaluate
 from flcore.errors import ConfigError
 from flcore.privacy.client_level import ClientLevelDP
 from flcore.privacy.dpsgd import DPSGD
@@ -197,17 +197,7 @@ class FedAvg(Algorithm):
                 "sampler": dp.batches,
                 "backward": dp.make_backward(len(data.train), generator),
             }
-        return train_epochs(
-            model,
-            data.train,
-            data.info,
-            opt,
-            epochs=t.epochs if epochs is None else epochs,
-            batch_size=t.batch_size,
-            generator=generator,
-            device=self.device,
-            **hooks,
-        )
+        return self.run_epochs(model, data, opt, generator, epochs=epochs, **hooks)
 
     def local_update(
         self, data: ClientData, task: ClientTask, generator: torch.Generator

@@ -48,7 +48,7 @@ from flcore.algorithms.base import (
     ClientTask,
     seeded,
 )
-from flcore.algorithms.training import evaluate, train_epochs
+from flcore.algorithms.training import evaluate
 from flcore.models.base import SplitModel
 from flcore.models.hypernet import HyperNetwork
 
@@ -156,7 +156,7 @@ class HyperFL(Algorithm):
     def local_update(
         self, data: ClientData, task: ClientTask, generator: torch.Generator
     ) -> ClientResult:
-        p, t = self.params, self.training
+        p = self.params
         assert isinstance(p, HyperFLParams)
         hnet, model = self._worker_parts()
         hnet.load_state_dict(task.payload)
@@ -177,16 +177,13 @@ class HyperFL(Algorithm):
             flags = {k: q.requires_grad for k, q in model.features.named_parameters()}
             model.features.requires_grad_(False)
             head_opt = self.local_optimizer(model.head.parameters(), lr=p.head_lr)
-            loss = train_epochs(
+            loss = self.run_epochs(
                 model,
-                data.train,
-                data.info,
+                data,
                 head_opt,
+                generator,
                 epochs=p.head_epochs,
-                batch_size=t.batch_size,
-                generator=generator,
                 max_grad_norm=p.max_grad_norm,
-                device=self.device,
             )
             for k, q in model.features.named_parameters():
                 q.requires_grad_(flags[k])
@@ -194,17 +191,13 @@ class HyperFL(Algorithm):
         model.head.requires_grad_(False)
         net = _Generated(hnet, embedding, model)
         opt = self.local_optimizer([*hnet.parameters(), embedding])
-        loss = train_epochs(
+        loss = self.run_epochs(
             net,
-            data.train,
-            data.info,
+            data,
             opt,
-            epochs=t.epochs,
-            batch_size=t.batch_size,
-            generator=generator,
+            generator,
             loss_fn=lambda m, x, y: F.cross_entropy(m(x), y),
             max_grad_norm=p.max_grad_norm,
-            device=self.device,
         )
         model.head.requires_grad_(True)
         metrics: dict[str, float] = {"train_loss": loss}

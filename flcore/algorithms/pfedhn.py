@@ -48,7 +48,7 @@ from flcore.algorithms.base import (
     ClientTask,
     seeded,
 )
-from flcore.algorithms.training import evaluate, train_epochs
+from flcore.algorithms.training import evaluate
 from flcore.models.hypernet import HyperNetwork
 
 __all__ = ["PFedHN"]
@@ -163,23 +163,13 @@ class PFedHN(Algorithm):
     def local_update(
         self, data: ClientData, task: ClientTask, generator: torch.Generator
     ) -> ClientResult:
-        t = self.training
         if getattr(self, "_client_model", None) is None:
             self._client_model = self.model_spec().to(self.device)
         model = self._client_model
         start = {k: v.to(self.device) for k, v in task.payload.items()}
         model.load_state_dict(start | (task.state or {}))
         opt = self.local_optimizer(model.parameters())
-        loss = train_epochs(
-            model,
-            data.train,
-            data.info,
-            opt,
-            epochs=t.epochs,
-            batch_size=t.batch_size,
-            generator=generator,
-            device=self.device,
-        )
+        loss = self.run_epochs(model, data, opt, generator)
         metrics = {"train_loss": loss}
         if task.evaluate:
             metrics["accuracy"], metrics["test_loss"] = evaluate(
