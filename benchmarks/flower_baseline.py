@@ -46,6 +46,7 @@ import flwr  # noqa: E402
 import numpy as np  # noqa: E402
 import ray  # noqa: E402
 import torch  # noqa: E402
+from _flower_net import Net  # noqa: E402
 from flwr.client import Client, NumPyClient  # noqa: E402
 from flwr.common import Context, FitRes, Parameters, Scalar, ndarrays_to_parameters  # noqa: E402
 from flwr.server import ServerConfig  # noqa: E402
@@ -73,22 +74,6 @@ def make_partitions(clients: int, samples: int, seed: int) -> tuple[np.ndarray, 
     idx = np.random.default_rng(seed).permutation(len(labels))[: clients * samples]
     shape = (clients, samples)
     return images[idx].reshape(*shape, 28, 28).copy(), labels[idx].reshape(shape).copy()
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, kernel_size=5)
-        self.conv2 = nn.Conv2d(16, 32, kernel_size=5, padding=1)
-        self.fc1 = nn.Linear(800, 128)
-        self.fc2 = nn.Linear(128, 10)
-        self.act = nn.LeakyReLU()
-        self.pool = nn.MaxPool2d(2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.pool(self.act(self.conv1(x)))
-        x = self.pool(self.act(self.conv2(x)))
-        return self.fc2(self.act(self.fc1(torch.flatten(x, 1))))
 
 
 def get_weights(net: nn.Module) -> list[np.ndarray]:

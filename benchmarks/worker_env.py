@@ -30,25 +30,10 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _flower_net import Net  # noqa: E402
 from _machine import machine  # noqa: E402
 
 MEAN, STD = 0.1307, 0.3081
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, kernel_size=5)
-        self.conv2 = nn.Conv2d(16, 32, kernel_size=5, padding=1)
-        self.fc1 = nn.Linear(800, 128)
-        self.fc2 = nn.Linear(128, 10)
-        self.act = nn.LeakyReLU()
-        self.pool = nn.MaxPool2d(2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.pool(self.act(self.conv1(x)))
-        x = self.pool(self.act(self.conv2(x)))
-        return self.fc2(self.act(self.fc1(torch.flatten(x, 1))))
 
 
 def client_loop(images: torch.Tensor, labels: torch.Tensor, seed: int) -> float:
