@@ -12,6 +12,13 @@ evaluated ``accuracy``, the wall seconds spent so far, and the paper's figure.
 
     .venv/bin/python benchmarks/reproduce_table1.py --methods fedavg hyperfl --clients 20 \\
         --seeds 0 --out benchmarks/out/table1 --max-minutes 50
+
+``--set key=value`` overrides every run's config (``--label`` then names the variant in the run
+folders), e.g. the paper's protocol for the personalized DP baselines, whose personal parts
+train without noise in the authors' code:
+
+    .venv/bin/python benchmarks/reproduce_table1.py --methods ppsgd centaur \\
+        --set algorithm_params.personal_dp=false --label paper-protocol
 """
 
 from __future__ import annotations
@@ -42,13 +49,15 @@ PAPER = {  # HyperFL Table 1, Fashion-MNIST: (20 clients, 100 clients)
 
 def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, deadline: float):  # type: ignore[no-untyped-def]
     over = [f"seed={seed}", f"workers={args.workers}", f"eval_every={args.eval_every}"]
+    over += args.set
     if clients == 100:
         over += ["num_clients=100", "client_fraction=0.3", "full_last_round=true"]
     if method == "pfedhn":  # no config file of its own: FedAvg's setup, another algorithm
         cfg = load_config(REPO / "sweeps/configs/fedavg_fmnist.yaml", ["algorithm=pfedhn", *over])
     else:
         cfg = load_config(REPO / f"sweeps/configs/{method}_fmnist.yaml", over)
-    run_dir = Path(args.out) / f"{method}-{clients}-s{seed}"
+    label = f"-{args.label}" if args.label else ""
+    run_dir = Path(args.out) / f"{method}{label}-{clients}-s{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt, log = run_dir / "checkpoint.pt", run_dir / "metrics.jsonl"
     engine = build_engine(cfg, data=build_data(cfg))
@@ -75,6 +84,7 @@ def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, dead
     paper = PAPER.get(method, (None, None))[0 if clients == 20 else 1]
     return {
         "method": method,
+        "overrides": args.set,
         "clients": clients,
         "seed": seed,
         "rounds_done": engine.round,
@@ -95,6 +105,8 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--checkpoint-every", type=int, default=5)
     ap.add_argument("--max-minutes", type=float, default=float("inf"))
+    ap.add_argument("--set", action="append", default=[], help="key=value for every run")
+    ap.add_argument("--label", default="", help="names the --set variant in run folders")
     args = ap.parse_args()
     deadline = time.time() + args.max_minutes * 60
     runs = [

@@ -7,8 +7,8 @@ by its own classifier head ``h_i`` (``head``), which never leaves the client. In
 sampled client
 
 1. starts from the server's ``phi`` and its own ``h_i``;
-2. updates its head with ``phi`` frozen (``head_epochs`` epochs: the paper's local classifier
-   update);
+2. updates its head with ``phi`` frozen (``head_epochs`` epochs at ``head_lr``, default 0.1 as
+   in HyperFL's authors' code: the paper's local classifier update);
 3. updates ``phi`` with its head frozen (``local_epochs`` epochs: the local representation
    update) and uploads the new ``phi``.
 
@@ -56,6 +56,7 @@ __all__ = ["Centaur"]
 
 class CentaurParams(AlgorithmParams):
     head_epochs: int = Field(1, ge=0, description="epochs of local head training per round")
+    head_lr: float = Field(0.1, gt=0, description="learning rate of the head epochs")
     personal_dp: bool = Field(
         True, description="train the head with DP-SGD too (false: dp_guarantee = shared-only)"
     )
@@ -112,8 +113,14 @@ class Centaur(FedAvg):
         try:
             if p.head_epochs:  # 2. the head, representation frozen
                 model.features.requires_grad_(False)
+                head_opt = self.local_optimizer(model.head.parameters(), lr=p.head_lr)
                 loss = self.train_local(
-                    model, data, generator, epochs=p.head_epochs, private=p.personal_dp
+                    model,
+                    data,
+                    generator,
+                    optimizer=head_opt,
+                    epochs=p.head_epochs,
+                    private=p.personal_dp,
                 )
                 model.features.requires_grad_(True)
             model.head.requires_grad_(False)  # 3. the representation, head frozen

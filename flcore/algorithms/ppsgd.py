@@ -17,10 +17,19 @@ Deviations, stated:
 - ISRL-DP instead of the paper's user-level DP (as HyperFL's baselines): each client runs DP-SGD
   (Poisson sampling at ``q = B / n_i``, per-sample clipping, Gaussian noise) and several local
   epochs per round, rather than sending one clipped gradient per round to a noising server.
-- Both parts step with the same private gradient (the gradient of ``w + theta_i`` is the same
-  with respect to ``w`` and ``theta_i``), so the personal part is post-processing of DP-SGD's
-  output: the run is fully ISRL-DP (``dp_guarantee = isrl``) at no extra privacy cost, and the
-  accountant composes ``local_epochs x ceil(n_i / B)`` steps per round, as DP-FedAvg's.
+- By default both parts step with the same private gradient (the gradient of ``w + theta_i``
+  is the same with respect to ``w`` and ``theta_i``), so the personal part is post-processing of
+  DP-SGD's output: the run is fully ISRL-DP (``dp_guarantee = isrl``) at no extra privacy cost,
+  and the accountant composes ``local_epochs x ceil(n_i / B)`` steps per round, as DP-FedAvg's.
+  The price: ``theta_i`` is never averaged, so it keeps ``alpha`` times every noised step
+  (at sigma 10.6 its noise grows to the scale of the weights over a 200-round run).
+- ``personal_dp: false`` is the paper's own local step: ``theta_i`` moves with the clean
+  gradient of the same mini-batch ("local learning is perfectly private" under the paper's
+  joint DP with a trusted server). Under ISRL-DP that makes the upload's sensitivity unbounded
+  (``theta_i`` carries every record into the next private gradient), so such a run is tagged
+  ``dp_guarantee = shared-only`` and its epsilon covers only the global part's steps. HyperFL's
+  authors' code also trains its PPSGD's personal part (there: the classifier head, lr 0.1)
+  without noise, so this is the setting their Table 1 figure comes from.
 - The paper's step (plain SGD) takes the configured optimizer's momentum and weight decay,
   each part with its own buffers, as HyperFL's setup does for every method.
 - ``theta_i`` starts at 0, so the first round starts every client at the global model.
@@ -43,6 +52,7 @@ from flcore.algorithms.base import (
 )
 from flcore.algorithms.fedavg import FedAvg
 from flcore.algorithms.training import evaluate
+from flcore.privacy.dpsgd import DPSGD
 
 __all__ = ["PPSGD"]
 
@@ -50,6 +60,11 @@ __all__ = ["PPSGD"]
 class PPSGDParams(AlgorithmParams):
     alpha: float = Field(
         1.0, ge=0, description="local-to-global step-size ratio (the paper's alpha)"
+    )
+    personal_dp: bool = Field(
+        True,
+        description="theta_i steps with the private gradient (false: the clean gradient, as "
+        "in the paper; dp_guarantee = shared-only)",
     )
 
 
@@ -66,6 +81,8 @@ class _AdditiveStep:
         make: Any,
         alpha: float,
     ) -> None:
+        #: when set (by a backward hook), theta steps with these gradients instead of .grad
+        self.theta_grads: dict[str, torch.Tensor] | None = None
         self.named = [(k, p) for k, p in model.named_parameters()]
         self.w = {k: w[k].clone().requires_grad_(True) for k, _ in self.named}
         self.theta = {k: theta[k].clone().requires_grad_(True) for k, _ in self.named}
@@ -86,7 +103,8 @@ class _AdditiveStep:
     def step(self) -> None:
         for k, p in self.named:
             self.w[k].grad = None if p.grad is None else p.grad.clone()
-            self.theta[k].grad = None if p.grad is None else p.grad.clone()
+            g = p.grad if self.theta_grads is None else self.theta_grads.get(k)
+            self.theta[k].grad = None if g is None else g.clone()
         self.opt_w.step()
         if self.opt_theta is not None:
             self.opt_theta.step()
@@ -102,8 +120,33 @@ class PPSGD(FedAvg):
     requires_privacy = "dpsgd"
     Params = PPSGDParams
 
+    def dp_guarantee(self) -> str:
+        if self.privacy is not None and not self.params.personal_dp:
+            return "shared-only"
+        return super().dp_guarantee()
+
     def init_client_state(self, client_id: int) -> dict[str, torch.Tensor]:
         return {k: torch.zeros_like(p) for k, p in self.model.named_parameters()}
+
+    def _clean_then_private(self, step: _AdditiveStep, n: int, generator: torch.Generator):  # type: ignore[no-untyped-def]
+        """DP-SGD's hooks, with the backward pass first taking the mini-batch's clean gradient
+        for ``theta_i`` (the paper's local step). It is the same estimator as DP-SGD's without
+        clipping and noise: the batch's summed gradient over the expected batch size ``q n``."""
+        assert self.privacy is not None
+        dp = DPSGD(self.privacy.noise_multiplier, self.privacy.clip, self.training.batch_size)
+        private = dp.make_backward(n, generator)
+        expected = dp.sample_rate(n) * n
+
+        def backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn):  # type: ignore[no-untyped-def]
+            step.theta_grads = None
+            if len(y):
+                model.zero_grad(set_to_none=True)
+                (loss_fn(model, x, y) * (len(y) / expected)).backward()
+                step.theta_grads = {k: p.grad for k, p in model.named_parameters()}
+                model.zero_grad(set_to_none=True)
+            return private(model, x, y, loss_fn)
+
+        return {"sampler": dp.batches, "backward": backward}
 
     def local_update(
         self, data: ClientData, task: ClientTask, generator: torch.Generator
@@ -111,8 +154,14 @@ class PPSGD(FedAvg):
         model = self.client_model()
         model.load_state_dict(task.payload)  # buffers (if any) follow the global model
         w = {k: v.detach() for k, v in task.payload.items()}
-        step = _AdditiveStep(model, w, task.state, self.local_optimizer, self.params.alpha)
-        loss = self.train_local(model, data, generator, optimizer=step)
+        p = self.params
+        assert isinstance(p, PPSGDParams)
+        step = _AdditiveStep(model, w, task.state, self.local_optimizer, p.alpha)
+        if p.personal_dp:
+            loss = self.train_local(model, data, generator, optimizer=step)
+        else:
+            hooks = self._clean_then_private(step, len(data.train), generator)
+            loss = self.run_epochs(model, data, step, generator, **hooks)
         metrics = {"train_loss": loss}
         if task.evaluate:  # the personalized model w + theta_i, on the client's test set
             metrics["accuracy"], metrics["test_loss"] = evaluate(

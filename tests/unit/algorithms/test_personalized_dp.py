@@ -175,3 +175,47 @@ def test_dp_guarantee_of_the_other_algorithms(data_root: Path) -> None:
     client = {"mechanism": "client", "noise_multiplier": 1.0, "clip": 1.0}
     eng = build_engine(_cfg(data_root, algorithm="dp_fedavg_client", privacy=client))
     assert eng.algorithm.dp_guarantee() == "client-level"
+
+
+def test_ppsgd_without_personal_dp_steps_theta_with_the_clean_gradient(data_root: Path) -> None:
+    """personal_dp false (the paper's local step): theta_i no longer follows the private step
+    of w, the upload is still w only, and the run is labelled shared-only."""
+    params = {"alpha": 1.0, "personal_dp": False}
+    cfg = _cfg(
+        data_root,
+        algorithm="ppsgd",
+        algorithm_params=params,
+        optimizer={"name": "sgd", "momentum": 0.0, "weight_decay": 0.0},
+        privacy={"mechanism": "dpsgd", "noise_multiplier": 50.0, "clip": 1.0},
+    )
+    task, result = _update(cfg)
+    assert set(result.upload) == set(task.payload)
+    # with huge noise the private step of w is mostly noise; theta's clean step is not
+    gap = sum(
+        float((result.state[k] - (result.upload[k] - task.payload[k])).abs().sum())
+        for k in result.state
+    )
+    assert gap > 0
+    engine = build_engine(cfg)
+    assert engine.algorithm.dp_guarantee() == "shared-only"
+    summary = engine.run()
+    # theta costs nothing in the accountant's eyes: the same steps as the default
+    assert summary["epsilon"] == pytest.approx(compute_epsilon([(50.0, 0.25, 8)], 1e-5))
+
+
+def test_ppsgd_clean_theta_step_is_plain_sgd_on_the_batch(data_root: Path) -> None:
+    """With sigma = 0 and a clip too large to bind, private and clean gradients coincide, so
+    personal_dp makes no difference to the result."""
+    base = {
+        "algorithm": "ppsgd",
+        "optimizer": {"name": "sgd", "momentum": 0.0, "weight_decay": 0.0},
+        "privacy": {"mechanism": "dpsgd", "noise_multiplier": 0.0, "clip": 1e6},
+    }
+    data = build_data(_cfg(data_root, **base))
+    out = {}
+    for flag in (True, False):
+        cfg = _cfg(data_root, **base, algorithm_params={"alpha": 1.0, "personal_dp": flag})
+        out[flag] = _update(cfg, data)[1]
+    for k in out[True].state:
+        torch.testing.assert_close(out[False].state[k], out[True].state[k], rtol=1e-3, atol=1e-6)
+        torch.testing.assert_close(out[False].upload[k], out[True].upload[k], rtol=1e-4, atol=1e-6)
