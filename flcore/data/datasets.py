@@ -26,6 +26,7 @@ import hashlib
 import io
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -326,10 +327,17 @@ def _unpack_debian(root: Path) -> None:
     raw = root / "FashionMNIST" / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     for src, name in zip(sources, _MNIST_FILES, strict=True):
-        partial = raw / f"{name}.partial"  # renamed only when complete: no half files left
-        with gzip.open(src, "rb") as fin, open(partial, "wb") as fout:
+        # Renamed only when complete: no half files left. The temporary name is unique, so
+        # processes or threads unpacking at once (parallel trials, runs started together) never
+        # collide; the last rename wins, with identical bytes.
+        with (
+            gzip.open(src, "rb") as fin,
+            tempfile.NamedTemporaryFile(
+                dir=raw, prefix=f"{name}.", suffix=".partial", delete=False
+            ) as fout,
+        ):
             shutil.copyfileobj(fin, fout, 1 << 20)
-        partial.replace(raw / name)
+        Path(fout.name).replace(raw / name)
 
 
 @DATASETS.register("fmnist")

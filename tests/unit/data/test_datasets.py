@@ -175,3 +175,33 @@ def test_normalize_refuses_floats_and_wrong_channels(fmnist: DatasetSplits) -> N
         normalize(images.float(), fmnist.info)
     with pytest.raises(ValueError, match="channel"):
         normalize(images, DATASET_INFO["cifar10"])
+
+
+def test_unpacking_into_one_root_at_once_never_collides(tmp_path: Path) -> None:
+    """Parallel trials (or two runs started together) unpack Debian's files into the same empty
+    root at the same moment: every one must finish with the real files, none lose a race."""
+    import threading
+
+    if not datasets_module.DEBIAN_FASHION_MNIST_DIR.is_dir():
+        pytest.skip(
+            f"needs Debian's dataset-fashion-mnist: {datasets_module.DEBIAN_INSTALL_COMMAND}"
+        )
+    start, errors = threading.Barrier(6), []
+
+    def unpack() -> None:
+        start.wait()
+        try:
+            datasets_module._unpack_debian(tmp_path)
+        except Exception as exc:  # noqa: BLE001 - the test reports whatever a racer hit
+            errors.append(exc)
+
+    threads = [threading.Thread(target=unpack) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    raw = tmp_path / "FashionMNIST" / "raw"
+    assert not list(raw.glob("*.partial"))
+    datasets_module.clear_dataset_cache()
+    assert load_dataset("fmnist", tmp_path).checksum == FMNIST_SHA256
