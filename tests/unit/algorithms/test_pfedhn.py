@@ -89,3 +89,49 @@ def test_end_round_without_clients_is_an_error(data_root: Path) -> None:
     engine.algorithm.begin_round(1, [])
     with pytest.raises(ValueError, match="no client"):
         engine.algorithm.end_round(1)
+
+
+def test_a_round_is_one_server_step_on_the_weighted_mean_chain_rule_gradient(
+    data_root: Path,
+) -> None:
+    """server_steps round: phi takes one SGD step on sum_i n_i J_i^T (start_i - trained_i) /
+    sum_i n_i; each embedding takes its own client's full gradient."""
+    params = {
+        "server_lr": 0.05,
+        "server_momentum": 0.0,
+        "server_weight_decay": 0.0,
+        "max_grad_norm": None,
+    }
+    engine = build_engine(_cfg(data_root, "pfedhn", algorithm_params=params))
+    alg, data = engine.algorithm, engine.data
+    ids = [0, 2]
+    alg.begin_round(1, ids)
+    results = []
+    for cid in ids:
+        task = ClientTask(cid, 1, alg.broadcast(1, cid), engine.client_states[cid], False, 6)
+        cdata = ClientData(cid, data.client_train(cid), data.client_test(cid), data.info)
+        results.append(alg.local_update(cdata, task, client_generator(6, 1, cid)))
+    phi0 = [p.detach().clone() for p in alg.hnet.parameters()]
+    emb0 = alg.embeddings.detach().clone()
+    # the expected step, by hand
+    grads_phi = [torch.zeros_like(p) for p in phi0]
+    grads_emb = torch.zeros_like(emb0)
+    total = float(sum(r.num_samples for r in results))
+    for r in results:
+        gen = alg._generate(r.client_id)
+        names = list(gen)
+        g = torch.autograd.grad(
+            [gen[k] for k in names],
+            [*alg.hnet.parameters(), alg.embeddings],
+            grad_outputs=[-r.upload[k] for k in names],
+        )
+        for acc, gi in zip(grads_phi, g[:-1], strict=True):
+            acc += gi * r.num_samples / total
+        grads_emb += g[-1]
+    for r in results:
+        alg.accumulate(r)
+    alg.end_round(1)
+    for p, p0, g in zip(alg.hnet.parameters(), phi0, grads_phi, strict=True):
+        torch.testing.assert_close(p.detach(), p0 - 0.05 * g, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(alg.embeddings.detach(), emb0 - 0.05 * grads_emb)
+    assert torch.equal(alg.embeddings[1].detach(), emb0[1])  # not sampled: unmoved
