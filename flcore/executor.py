@@ -12,6 +12,7 @@ In-process updates also run with one torch thread for the same reason.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ __all__ = [
     "PoolExecutor",
     "make_executor",
     "client_generator",
+    "WorkerStartError",
 ]
 
 
@@ -93,10 +95,12 @@ _W_ALGORITHM: Algorithm | None = None
 _W_FED: FederatedData | None = None
 
 
-def _init_worker(factory: AlgorithmFactory, fed: FederatedData) -> None:
+def _init_worker(factory: AlgorithmFactory, inbox: Any, ready: Any) -> None:
     global _W_ALGORITHM, _W_FED
     torch.set_num_threads(1)
-    _W_ALGORITHM, _W_FED = factory(), fed
+    _W_FED = inbox.get()
+    _W_ALGORITHM = factory()
+    ready.put(os.getpid())
 
 
 def _work(task: ClientTask) -> ClientResult:
@@ -111,13 +115,71 @@ def _share_memory(fed: FederatedData) -> None:
         split.labels.share_memory_()
 
 
-class PoolExecutor:
-    """A pool of ``workers`` spawned processes, one torch thread each."""
+class WorkerStartError(RuntimeError):
+    """The pool's worker processes died before they were ready."""
 
-    def __init__(self, factory: AlgorithmFactory, fed: FederatedData, workers: int) -> None:
+
+class PoolExecutor:
+    """A pool of ``workers`` spawned processes, one torch thread each.
+
+    The constructor returns once every worker has built its algorithm. A worker that dies while
+    starting (most often: the script that started the run has no ``if __name__ ==
+    "__main__":`` guard, so each spawned child re-runs it) raises :class:`WorkerStartError`
+    instead of leaving the run waiting forever while the pool respawns dying workers.
+    """
+
+    def __init__(
+        self,
+        factory: AlgorithmFactory,
+        fed: FederatedData,
+        workers: int,
+        *,
+        start_timeout: float = 600.0,
+    ) -> None:
         _share_memory(fed)
         ctx = tmp.get_context("spawn")
-        self._pool = ctx.Pool(workers, initializer=_init_worker, initargs=(factory, fed))
+        ready = ctx.SimpleQueue()
+        # The dataset goes through a queue, not the pool's initargs: a spawned child is sent its
+        # initargs through a pipe that it reads only after re-importing the main module, and
+        # CPython's parent keeps that pipe's read end open while writing, so initargs larger
+        # than the pipe's buffer would block this process forever if the child died first.
+        inbox = ctx.Queue()
+        self._pool = ctx.Pool(workers, initializer=_init_worker, initargs=(factory, inbox, ready))
+        for _ in range(workers):
+            inbox.put(fed)
+        try:
+            self._wait_ready(ready, workers, start_timeout)
+        except BaseException:
+            inbox.cancel_join_thread()  # nobody will read what is left: do not wait at exit
+            self.terminate()
+            raise
+        inbox.close()
+
+    def _wait_ready(self, ready: Any, workers: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        started: set[int] = set()
+        seen: dict[
+            int, Any
+        ] = {}  # every worker process ever in the pool (the pool drops dead ones)
+        while len(started) < workers:
+            while not ready.empty():
+                started.add(ready.get())
+            if len(started) >= workers:
+                return
+            # Pool replaces a dead worker with a new one; any nonzero exit before all are
+            # ready means the workers cannot start.
+            seen.update((id(p), p) for p in self._pool._pool)  # noqa: SLF001
+            dead = [p for p in seen.values() if p.exitcode not in (None, 0)]
+            if dead:
+                raise WorkerStartError(
+                    f"{len(dead)} client worker process(es) exited with code "
+                    f"{dead[0].exitcode} while starting. If a script starts this run, put its "
+                    'top-level code under `if __name__ == "__main__":` (workers are spawned '
+                    "and re-import the main module); or set workers: 1 to train in-process."
+                )
+            if time.monotonic() > deadline:
+                raise WorkerStartError(f"client workers not ready after {timeout:.0f} s")
+            time.sleep(0.05)
 
     def map(self, tasks: Iterable[ClientTask]) -> Iterator[ClientResult]:
         yield from self._pool.imap(_work, tasks, chunksize=1)
