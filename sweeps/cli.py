@@ -483,6 +483,63 @@ def curves(
     err_console.print(f"wrote {out}")
 
 
+@app.command()
+def ui(
+    port: Annotated[
+        int | None, typer.Option(help="port on 127.0.0.1 (MLflow 5000, Optuna 8080)")
+    ] = None,
+    optuna: Annotated[
+        bool, typer.Option("--optuna", help="the Optuna dashboard of a sweep's study instead")
+    ] = False,
+    spec: Annotated[
+        Path | None, typer.Option(help="--optuna: the sweep spec (its storage and study)")
+    ] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(help="--optuna: storage URL (default sqlite:///sweeps_out/optuna.db)"),
+    ] = None,
+    study: Annotated[str | None, typer.Option(help="--optuna: the study to open")] = None,
+) -> None:
+    """Serve the MLflow UI on the tracking store (or, with --optuna, the Optuna dashboard) on
+    127.0.0.1 until Ctrl-C; the server and its children are stopped on exit."""
+    from sweeps.dashboards import (
+        HOST,
+        DashboardError,
+        mlflow_ui_command,
+        optuna_dashboard_command,
+        optuna_target,
+        require_free_port,
+        serve,
+    )
+    from sweeps.tracking import tracking_uri
+
+    if not optuna and (spec or storage or study):
+        _fail("--spec, --storage and --study go with --optuna")
+    port = port or (8080 if optuna else 5000)
+    try:
+        require_free_port(port)
+        if optuna:
+            target = optuna_target(spec, storage, study)
+            cmd, env, url = optuna_dashboard_command(target.storage, port), None, target.url(port)
+            what = f"Optuna dashboard ({target.storage})"
+        else:
+            uri = tracking_uri()
+            cmd, env = mlflow_ui_command(uri, port)
+            url, what = f"http://{HOST}:{port}/", f"MLflow UI ({uri})"
+    except DashboardError as exc:
+        _fail(str(exc))
+    err_console.print(f"starting the {what} on {url} (Ctrl-C stops it)")
+    code = serve(
+        cmd,
+        env=env,
+        ready_url=f"http://{HOST}:{port}/",
+        on_ready=lambda: err_console.print(f"ready: {url}"),
+    )
+    if code:
+        _fail(f"the server exited with status {code}", code=1)
+    err_console.print("stopped")
+
+
 def _jsonable_tree(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _jsonable_tree(v) for k, v in value.items()}
