@@ -26,3 +26,12 @@ def store(data_root: Path, fmnist: Any, tmp_path_factory: pytest.TempPathFactory
         root = tmp_path_factory.mktemp("analysis-store")
     return build_store(root, data_root, fmnist)
 
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    """Where tests keep what a person should look at (screenshots): $FEDSWEEP_TEST_ARTIFACTS,
+    else test-artifacts/ at the repository root (ignored by git)."""
+    root = Path(__file__).resolve().parents[3]
+    path = Path(os.environ.get("FEDSWEEP_TEST_ARTIFACTS") or root / "test-artifacts")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
