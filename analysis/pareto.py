@@ -263,7 +263,8 @@ class ParetoResult:
         front: the rows on the front, best first in the first objective (ties by the next).
         table: every valid row, with ``rank`` (0 = front) and ``on_front``; also
             ``on_group_front`` when ``by`` was given. With ``group_cols`` one row per
-            configuration: objective means, ``<objective>_std`` and ``n_seeds``.
+            configuration: objective means, ``<objective>_std`` and ``n_seeds`` (and
+            ``run_ids``, ``run_id`` when the runs have ids).
         n_runs: rows in the input.
         n_failed: rows whose status was not the ok status; left out.
         n_invalid: rows (before seed aggregation) with a NaN objective; left out.
@@ -300,12 +301,21 @@ def _best_first(frame: pd.DataFrame, objectives: Sequence[Objective]) -> pd.Data
 
 
 def _aggregate_seeds(df: pd.DataFrame, names: list[str], keys: list[str]) -> pd.DataFrame:
-    """One row per configuration: mean and sample std of each objective, and ``n_seeds``."""
+    """One row per configuration: mean and sample std of each objective, and ``n_seeds``.
+
+    With a ``run_id`` column the row keeps its runs: ``run_ids`` (comma-separated, in input
+    order) and ``run_id`` (the first of them, a handle for links and JSON).
+    """
     groups = df.groupby(keys, dropna=False, sort=True)
-    means = groups[names].mean()
-    stds = groups[names].std(ddof=1).add_suffix("_std")
-    counts = groups.size().rename("n_seeds")
-    return pd.concat([means, stds, counts], axis=1).reset_index()
+    parts = [
+        groups[names].mean(),
+        groups[names].std(ddof=1).add_suffix("_std"),
+        groups.size().rename("n_seeds"),
+    ]
+    if "run_id" in df.columns and "run_id" not in keys:
+        ids = groups["run_id"]
+        parts += [ids.agg(lambda s: ",".join(map(str, s))).rename("run_ids"), ids.first()]
+    return pd.concat(parts, axis=1).reset_index()
 
 
 def pareto_front(

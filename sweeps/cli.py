@@ -10,7 +10,7 @@ import sys
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -36,7 +36,7 @@ class Listable(StrEnum):
     models = "models"
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = 2) -> NoReturn:
     err_console.print(f"[bold red]error:[/] {message}", highlight=False)
     raise typer.Exit(code)
 
@@ -160,6 +160,384 @@ def export(
     if not len(df):
         _fail(f"experiment {experiment!r} has no runs to export")
     err_console.print(f"wrote {len(df)} runs to {out}")
+
+
+# ---------------------------------------------------------------- analysis and dashboards
+
+
+class QueryFormat(StrEnum):
+    table = "table"
+    csv = "csv"
+    parquet = "parquet"
+
+
+_OBJECTIVES_HELP = "objectives as name:max|min, comma-separated"
+_QUERY_COLUMNS = (
+    "run_id",
+    "experiment",
+    "algorithm",
+    "status",
+    "accuracy",
+    "epsilon",
+    "bytes_up",
+    "seconds",
+)
+
+
+def _wide_console() -> Console:
+    """A console for tables of run ids: the terminal's width, or 200 columns into a pipe."""
+    return Console(width=None if sys.stdout.isatty() else 200)
+
+
+def _objectives_or_fail(spec: str) -> list[Any]:
+    from analysis.pareto import parse_objectives
+
+    try:
+        return parse_objectives(spec)
+    except ValueError as exc:
+        _fail(f"--objectives: {exc}")
+
+
+def _reference_or_fail(text: str | None, n: int) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        _fail(f"--reference {text!r}: give {n} comma-separated numbers, one per objective")
+    if len(values) != n or not all(math.isfinite(v) for v in values):
+        _fail(f"--reference {text!r}: give {n} finite numbers, one per objective")
+    return values
+
+
+def _runs_or_fail(
+    experiments: list[str] | None,
+    parquet: Path | None = None,
+    filter_string: str = "",
+    sweep_name: str | None = None,
+) -> Any:
+    """The runs table from MLflow or Parquet; bad input exits with code 2."""
+    from analysis.load import LoadError, load_parquet, load_runs
+
+    if bool(experiments) == (parquet is not None):
+        _fail("give --experiment NAME (MLflow; repeat it for several) or --parquet FILE")
+    try:
+        if parquet is not None:
+            df = load_parquet(parquet)
+        else:
+            df = load_runs(experiments or [], filter_string=filter_string, sweep=sweep_name)
+    except LoadError as exc:
+        _fail(str(exc))
+    if not len(df):
+        where = str(parquet) if parquet else f"experiment(s) {', '.join(experiments or [])}"
+        _fail(
+            f"no runs to analyse in {where}"
+            + (f" matching {filter_string!r}" if filter_string else "")
+        )
+    return df
+
+
+def _print_fronts(analysis: Any, title: str, by: str | None) -> None:
+    from rich.table import Table
+
+    from analysis.tables import fmt, mean_std, run_ids_of
+
+    result = analysis.result
+    overall = set(result.front.get("run_id", []))
+    names = [o.name for o in result.objectives]
+    seeds = "n_seeds" in result.table.columns
+    table = Table(title=title)
+    for col in [by or "front", *names, *(["seeds"] if seeds else []), "overall", "run_id(s)"]:
+        table.add_column(col)
+    fronts = result.per_group if by is not None else {"all": result.front}
+    for group in sorted(fronts):
+        for _, row in fronts[group].iterrows():
+            table.add_row(
+                group,
+                *[mean_std(row, n) for n in names],
+                *([fmt(row["n_seeds"])] if seeds else []),
+                "*" if row.get("run_id") in overall else "",
+                " ".join(run_ids_of(row)),
+            )
+    _wide_console().print(table)
+
+
+@app.command()
+def pareto(
+    experiment: Annotated[
+        list[str] | None,
+        typer.Option("--experiment", "-e", help="MLflow experiment (repeat for several)"),
+    ] = None,
+    parquet: Annotated[
+        Path | None, typer.Option(help="read the runs from this Parquet file instead")
+    ] = None,
+    objectives: Annotated[str, typer.Option(help=_OBJECTIVES_HELP)] = "accuracy:max,epsilon:min",
+    by: Annotated[str, typer.Option(help="a front per value of this column; 'none': one")] = (
+        "algorithm"
+    ),
+    filter_: Annotated[str, typer.Option("--filter", help="MLflow filter string")] = "",
+    sweep_name: Annotated[
+        str | None, typer.Option("--sweep", help="only this sweep's runs")
+    ] = None,
+    reference: Annotated[
+        str | None, typer.Option(help="hypervolume reference point, e.g. '0,10'")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="folder for the PNG, CSVs and HTML")] = Path("."),
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
+) -> None:
+    """Pareto fronts per group and overall: print them, write a PNG, CSVs and an HTML plot."""
+    from analysis.fronts import analyse_front
+    from analysis.outputs import file_stem, write_front_files
+    from analysis.tables import front_records, group_front_records
+
+    objs = _objectives_or_fail(objectives)
+    ref = _reference_or_fail(reference, len(objs))
+    group = None if by.lower() == "none" else by
+    df = _runs_or_fail(experiment, parquet, filter_, sweep_name)
+    try:
+        analysis = analyse_front(df, objs, by=group, reference=ref)
+    except ValueError as exc:
+        _fail(str(exc))
+    stem = parquet.stem if parquet is not None else file_stem(experiment or [])
+    stem += f"-{sweep_name}" if sweep_name else ""
+    files = write_front_files(
+        analysis, out.resolve(), stem, by=group, title=f"Pareto front: {stem}"
+    )
+    result = analysis.result
+    if as_json:
+        doc = {
+            "experiments": experiment or [],
+            "parquet": str(parquet) if parquet else None,
+            "objectives": [str(o) for o in objs],
+            "by": group,
+            "n_runs": result.n_runs,
+            "n_failed": result.n_failed,
+            "n_invalid": result.n_invalid,
+            "statuses": analysis.statuses,
+            "seeds_averaged": analysis.seeds_averaged,
+            "front": front_records(analysis, group),
+            "fronts_by_group": group_front_records(analysis, group),
+            "hypervolume": analysis.hypervolume or None,
+            "files": {k: str(v) for k, v in files.items()},
+        }
+        typer.echo(json.dumps(_jsonable_tree(doc)))
+        return
+    _print_fronts(
+        analysis,
+        f"Pareto fronts of {stem}{f' per {group}' if group else ''} ({result.n_runs} runs, "
+        f"{result.n_failed} not finished and left out; * = on the overall front)",
+        group,
+    )
+    if analysis.hypervolume:
+        Console().print(
+            "hypervolume: " + ", ".join(f"{k} {v:.6g}" for k, v in analysis.hypervolume.items())
+        )
+    Console().print("wrote " + ", ".join(str(p) for p in files.values()))
+
+
+@app.command()
+def query(
+    filter_: Annotated[
+        str,
+        typer.Argument(
+            metavar="FILTER",
+            help="MLflow filter, e.g. \"metrics.accuracy > 0.8 and params.algorithm = 'hyperfl'\"",
+        ),
+    ],
+    experiment: Annotated[
+        list[str], typer.Option("--experiment", "-e", help="MLflow experiment (repeatable)")
+    ],
+    format_: Annotated[QueryFormat, typer.Option("--format", help="output format")] = (
+        QueryFormat.table
+    ),
+    out: Annotated[Path | None, typer.Option(help="write here instead of stdout")] = None,
+    columns: Annotated[
+        str | None, typer.Option(help="comma-separated columns (default: all; table: a few)")
+    ] = None,
+) -> None:
+    """Runs matching an MLflow filter, as a table, CSV or Parquet."""
+    if format_ is QueryFormat.parquet and out is None:
+        _fail("--format parquet needs --out FILE")
+    from analysis.load import LoadError, load_runs
+
+    try:
+        df = load_runs(experiment, filter_string=filter_)
+    except LoadError as exc:
+        _fail(str(exc))
+    if columns is not None:
+        chosen = [c.strip() for c in columns.split(",") if c.strip()]
+        unknown = [c for c in chosen if c not in df.columns]
+        if unknown and len(df):
+            _fail(f"--columns: no column(s) {', '.join(unknown)}; columns: {', '.join(df.columns)}")
+        df = df[[c for c in chosen if c in df.columns]]
+    elif format_ is QueryFormat.table:
+        df = df[[c for c in _QUERY_COLUMNS if c in df.columns]]
+    err_console.print(f"{len(df)} run(s) match")
+    _emit(df, format_, out)
+
+
+def _emit(df: Any, format_: QueryFormat, out: Path | None) -> None:
+    """Write a runs table as a rich table, CSV or Parquet, to ``out`` or stdout."""
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    if format_ is QueryFormat.parquet and out is not None:
+        df.to_parquet(out, index=False)
+    elif format_ is QueryFormat.csv:
+        if out is None:
+            typer.echo(df.to_csv(index=False), nl=False)
+        else:
+            df.to_csv(out, index=False)
+    else:
+        from rich.table import Table
+
+        from analysis.tables import fmt
+
+        table = Table()
+        for col in df.columns:
+            table.add_column(str(col))
+        for row in df.itertuples(index=False):
+            table.add_row(*[fmt(v) for v in row])
+        if out is None:
+            _wide_console().print(table)
+        else:
+            with out.open("w") as f:
+                Console(file=f, width=200).print(table)
+    if out is not None:
+        err_console.print(f"wrote {out}")
+
+
+@app.command()
+def report(
+    experiment: Annotated[
+        list[str], typer.Option("--experiment", "-e", help="MLflow experiment (repeatable)")
+    ],
+    out: Annotated[Path, typer.Option(help="the HTML file")] = Path("report.html"),
+    objectives: Annotated[str, typer.Option(help=_OBJECTIVES_HELP)] = "accuracy:max,epsilon:min",
+    by: Annotated[str, typer.Option(help="the grouping column")] = "algorithm",
+    filter_: Annotated[str, typer.Option("--filter", help="MLflow filter string")] = "",
+    sweep_name: Annotated[
+        str | None, typer.Option("--sweep", help="only this sweep's runs")
+    ] = None,
+    mlflow_url: Annotated[
+        str, typer.Option(help="the MLflow UI that run ids link to")
+    ] = "http://127.0.0.1:5000",
+    reference: Annotated[
+        str | None, typer.Option(help="hypervolume reference point, e.g. '0,10'")
+    ] = None,
+) -> None:
+    """One self-contained HTML page: spec, fronts, best configs, communication, attacks,
+    the paper's numbers beside ours, provenance."""
+    from analysis.collect import collect_report
+    from analysis.load import LoadError
+    from analysis.report import render_report
+
+    objs = _objectives_or_fail(objectives)
+    ref = _reference_or_fail(reference, len(objs))
+    if out.exists() and out.is_dir():
+        _fail(f"--out {out} is a folder; give a file name such as {out / 'report.html'}")
+    try:
+        data = collect_report(
+            experiment,
+            objs,
+            filter_string=filter_,
+            sweep=sweep_name,
+            by=by,
+            mlflow_url=mlflow_url,
+            reference=ref,
+        )
+    except (LoadError, ValueError) as exc:
+        _fail(str(exc))
+    if not len(data.runs):
+        _fail(f"no runs in experiment(s) {', '.join(experiment)}")
+    html = render_report(data)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(html, encoding="utf-8")
+    err_console.print(
+        f"wrote {out} ({len(html) / 1e6:.1f} MB, {data.analysis.result.n_runs} runs, "
+        f"{len(data.analysis.result.front)} on the front)"
+    )
+
+
+@app.command()
+def curves(
+    run_ids: Annotated[list[str], typer.Argument(metavar="RUN_ID...", help="runs to draw")],
+    metric: Annotated[
+        list[str] | None, typer.Option("--metric", "-m", help="a panel per metric (repeatable)")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="the PNG")] = Path("curves.png"),
+) -> None:
+    """Round-by-round curves of chosen runs (default: accuracy and bytes uploaded per round)."""
+    from analysis.load import LoadError, load_histories, load_run_ids
+    from analysis.rounds import plot_rounds
+
+    metrics = metric or ["accuracy", "round_bytes_up"]
+    try:
+        runs = load_run_ids(run_ids)
+        history = load_histories(run_ids, metrics)
+    except LoadError as exc:
+        _fail(str(exc))
+    if not len(history):
+        _fail(f"none of these runs logged {', '.join(metrics)}")
+    labels = {r: f"{a} {r[:6]}" for r, a in zip(runs["run_id"], runs["algorithm"], strict=True)}
+    plot_rounds(history, metrics, out, labels=labels)
+    err_console.print(f"wrote {out}")
+
+
+@app.command()
+def ui(
+    port: Annotated[
+        int | None, typer.Option(help="port on 127.0.0.1 (MLflow 5000, Optuna 8080)")
+    ] = None,
+    optuna: Annotated[
+        bool, typer.Option("--optuna", help="the Optuna dashboard of a sweep's study instead")
+    ] = False,
+    spec: Annotated[
+        Path | None, typer.Option(help="--optuna: the sweep spec (its storage and study)")
+    ] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(help="--optuna: storage URL (default sqlite:///sweeps_out/optuna.db)"),
+    ] = None,
+    study: Annotated[str | None, typer.Option(help="--optuna: the study to open")] = None,
+) -> None:
+    """Serve the MLflow UI on the tracking store (or, with --optuna, the Optuna dashboard) on
+    127.0.0.1 until Ctrl-C; the server and its children are stopped on exit."""
+    from sweeps.dashboards import (
+        HOST,
+        DashboardError,
+        mlflow_ui_command,
+        optuna_dashboard_command,
+        optuna_target,
+        require_free_port,
+        serve,
+    )
+    from sweeps.tracking import tracking_uri
+
+    if not optuna and (spec or storage or study):
+        _fail("--spec, --storage and --study go with --optuna")
+    port = port or (8080 if optuna else 5000)
+    try:
+        require_free_port(port)
+        if optuna:
+            target = optuna_target(spec, storage, study)
+            cmd, env, url = optuna_dashboard_command(target.storage, port), None, target.url(port)
+            what = f"Optuna dashboard ({target.storage})"
+        else:
+            uri = tracking_uri()
+            cmd, env = mlflow_ui_command(uri, port)
+            url, what = f"http://{HOST}:{port}/", f"MLflow UI ({uri})"
+    except DashboardError as exc:
+        _fail(str(exc))
+    err_console.print(f"starting the {what} on {url} (Ctrl-C stops it)")
+    code = serve(
+        cmd,
+        env=env,
+        ready_url=f"http://{HOST}:{port}/",
+        on_ready=lambda: err_console.print(f"ready: {url}"),
+    )
+    if code:
+        _fail(f"the server exited with status {code}", code=1)
+    err_console.print("stopped")
 
 
 def _jsonable_tree(value: Any) -> Any:

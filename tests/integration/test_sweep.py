@@ -65,6 +65,14 @@ def test_two_trial_sweep_parent_children_parquet_and_study(data_root: Path, tmp_
     assert Path(doc["pareto_png"]).stat().st_size > 1000
     assert study_states(tmp_path) == ["COMPLETE", "COMPLETE"]
 
+    # the report of a real sweep holds the spec its parent run logged
+    report = cli(["report", "--experiment", "sweep-tests", "--out", "report.html"], tmp_path)
+    assert report.returncode == 0, report.stderr[-2000:]
+    html = (tmp_path / "report.html").read_text()
+    assert "Sweep <code>t</code>" in html and "sweep_spec.json" in html
+    assert doc["parent_run_id"][:8] in html and "not started by a sweep" not in html
+    assert all(t["run_id"][:8] in html for t in doc["trials"])
+
 
 def test_failed_and_diverged_trials_are_recorded_while_others_finish(
     data_root: Path, tmp_path: Path

@@ -1,0 +1,199 @@
+"""The HyperFL paper's published numbers, each keyed by the setting it was measured in.
+
+Guo et al., "A New Federated Learning Framework Against Gradient Inversion Attacks", AAAI 2025.
+Table 1: final test accuracy (%) after 200 rounds on HyperFL's dominant-class split (s = 20,
+600 training samples per client), Fashion-MNIST with 20 clients (all in every round) or 100
+clients (client fraction 0.3); the DP baselines at epsilon 4, delta 1e-5 (the setting of this
+repository's ``sweeps/configs/*_fmnist.yaml``). Table 3: the Inverting Gradients attack on EMNIST
+and CIFAR-10 (PSNR, SSIM: higher is more leakage; LPIPS: lower is more leakage).
+
+A paper figure is shown beside ours only where a run's params match its setting: comparing a
+3-round, 100-sample run with a 200-round figure would mislead. The paper reports no attack on
+Fashion-MNIST. Pure data and pure functions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+__all__ = [
+    "ACCURACY",
+    "ATTACK",
+    "ATTACK_DATASETS",
+    "AccuracySetting",
+    "PAPER",
+    "accuracy_comparison",
+    "attack_comparison",
+    "paper_accuracy",
+    "paper_attack",
+    "setting_of",
+]
+
+PAPER = (
+    'Guo et al., "A New Federated Learning Framework Against Gradient Inversion Attacks", AAAI 2025'
+)
+_DP = frozenset({"dp_fedavg", "ppsgd", "centaur"})
+
+
+@dataclass(frozen=True)
+class AccuracySetting:
+    """What Table 1's numbers assume about a run."""
+
+    dataset: str
+    num_clients: int
+    client_fraction: float
+    rounds: int = 200
+    partition: str = "dominant"
+    s: float = 20.0
+    samples_per_client: int = 600
+
+    def describe(self) -> str:
+        return (
+            f"{self.dataset}, {self.num_clients} clients (fraction {self.client_fraction:g}), "
+            f"{self.samples_per_client} samples/client, {self.partition} split s={self.s:g}, "
+            f"{self.rounds} rounds"
+        )
+
+
+FMNIST_20 = AccuracySetting("fmnist", 20, 1.0)
+FMNIST_100 = AccuracySetting("fmnist", 100, 0.3)
+
+#: Table 1, final test accuracy in %; pFedHN-PC is not reported
+ACCURACY: dict[AccuracySetting, dict[str, float]] = {
+    FMNIST_20: {
+        "local": 85.93,
+        "fedavg": 85.67,
+        "pfedhn": 87.64,
+        "hyperfl": 88.28,
+        "dp_fedavg": 59.88,
+        "ppsgd": 84.47,
+        "centaur": 83.07,
+    },
+    FMNIST_100: {"local": 87.01, "fedavg": 88.11, "pfedhn": 89.80, "hyperfl": 90.41},
+}
+#: Table 1's DP baselines ran at this privacy budget
+DP_BUDGET = {"privacy.target_epsilon": 4.0, "privacy.delta": 1e-5}
+
+#: Table 3, the IG attack: (PSNR, SSIM, LPIPS) by dataset and algorithm
+ATTACK: dict[str, dict[str, tuple[float, float, float]]] = {
+    "emnist": {
+        "fedavg": (32.64, 0.8925, 0.0526),
+        "pfedhn": (31.24, 0.8701, 0.0807),
+        "pfedhn_pc": (28.38, 0.8713, 0.0645),
+        "dp_fedavg": (7.74, 0.2978, 0.7051),
+        "centaur": (9.52, 0.2136, 0.6712),
+        "ppsgd": (9.73, 0.1889, 0.6466),
+        "hyperfl": (7.85, 0.3010, 0.7147),
+    },
+    "cifar10": {
+        "fedavg": (16.16, 0.6415, 0.0536),
+        "pfedhn": (16.02, 0.6351, 0.0504),
+        "pfedhn_pc": (15.80, 0.6247, 0.4407),
+        "dp_fedavg": (7.90, 0.2716, 0.3204),
+        "centaur": (9.80, 0.2723, 0.2882),
+        "ppsgd": (9.70, 0.2788, 0.2643),
+        "hyperfl": (8.35, 0.2732, 0.3132),
+    },
+}
+ATTACK_DATASETS = tuple(ATTACK)
+_ATTACK_METRICS = ("leak_psnr", "leak_ssim", "leak_lpips")
+
+
+def _close(a: Any, b: float) -> bool:
+    try:
+        return math.isclose(float(a), b, rel_tol=1e-9, abs_tol=1e-12)
+    except (TypeError, ValueError):
+        return False
+
+
+def setting_of(params: dict[str, Any]) -> AccuracySetting | None:
+    """The Table 1 setting a run's flat params (``num_clients``, ``partition.s`` ...) match."""
+    for setting in ACCURACY:
+        if (
+            params.get("dataset") == setting.dataset
+            and _close(params.get("num_clients"), setting.num_clients)
+            and _close(params.get("client_fraction"), setting.client_fraction)
+            and _close(params.get("rounds"), setting.rounds)
+            and params.get("partition.name") == setting.partition
+            and _close(params.get("partition.s"), setting.s)
+            and _close(params.get("samples_per_client"), setting.samples_per_client)
+        ):
+            return setting
+    return None
+
+
+def paper_accuracy(params: dict[str, Any]) -> float | None:
+    """Table 1's accuracy (%) for a run's params, or None where the paper has no such setting
+    (or no figure for the algorithm, or, for a DP baseline, another privacy budget)."""
+    setting = setting_of(params)
+    if setting is None:
+        return None
+    algorithm = params.get("algorithm")
+    if algorithm in _DP and not all(_close(params.get(k), v) for k, v in DP_BUDGET.items()):
+        return None
+    return ACCURACY[setting].get(str(algorithm))
+
+
+def paper_attack(dataset: Any, algorithm: Any) -> tuple[float, float, float] | None:
+    """Table 3's (PSNR, SSIM, LPIPS) for a dataset and algorithm, or None."""
+    return ATTACK.get(str(dataset), {}).get(str(algorithm))
+
+
+def _params(row: pd.Series) -> dict[str, Any]:
+    out = {k[len("params.") :]: v for k, v in row.items() if str(k).startswith("params.")}
+    out.setdefault("dataset", row.get("dataset"))
+    out.setdefault("algorithm", row.get("algorithm"))
+    return out
+
+
+def _finished(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs[runs["status"] == "FINISHED"] if "status" in runs.columns else runs
+
+
+def accuracy_comparison(runs: pd.DataFrame) -> pd.DataFrame:
+    """Our final accuracy (%) beside Table 1's, for the finished runs in a Table 1 setting.
+
+    One row per (setting, algorithm): ``setting``, ``algorithm``, ``runs``, ``ours`` (mean over
+    runs), ``ours_std`` (over runs; NaN for one run), ``paper``. Empty when no run matches.
+    """
+    rows: dict[tuple[str, str], list[float]] = {}
+    paper: dict[tuple[str, str], float] = {}
+    for _, row in _finished(runs).iterrows():
+        params = _params(row)
+        figure = paper_accuracy(params)
+        accuracy = row.get("accuracy")
+        if figure is None or accuracy is None or pd.isna(accuracy):
+            continue
+        key = (setting_of(params).describe(), str(params["algorithm"]))  # type: ignore[union-attr]
+        rows.setdefault(key, []).append(100.0 * float(accuracy))
+        paper[key] = figure
+    columns = ["setting", "algorithm", "runs", "ours", "ours_std", "paper"]
+    out = [
+        (s, a, len(v), float(pd.Series(v).mean()), float(pd.Series(v).std(ddof=1)), paper[(s, a)])
+        for (s, a), v in sorted(rows.items())
+    ]
+    return pd.DataFrame(out, columns=columns)
+
+
+def attack_comparison(runs: pd.DataFrame) -> pd.DataFrame:
+    """Our attack metrics beside Table 3's, for finished runs on EMNIST or CIFAR-10 that report
+    ``leak_psnr`` / ``leak_ssim`` / ``leak_lpips``. One row per (dataset, algorithm): ``runs``,
+    our means and the paper's ``paper_psnr``, ``paper_ssim``, ``paper_lpips``."""
+    columns = ["dataset", "algorithm", "runs", *_ATTACK_METRICS]
+    columns += ["paper_psnr", "paper_ssim", "paper_lpips"]
+    if "leak_psnr" not in runs.columns or "dataset" not in runs.columns:
+        return pd.DataFrame(columns=columns)
+    ok = _finished(runs)
+    ok = ok[ok["leak_psnr"].notna() & ok["dataset"].isin(ATTACK_DATASETS)]
+    out = []
+    for (dataset, algorithm), group in ok.groupby(["dataset", "algorithm"], sort=True):
+        figure = paper_attack(dataset, algorithm)
+        if figure is None:
+            continue
+        ours = [float(group[m].mean()) if m in group.columns else math.nan for m in _ATTACK_METRICS]
+        out.append((dataset, algorithm, len(group), *ours, *figure))
+    return pd.DataFrame(out, columns=columns)

@@ -1,0 +1,100 @@
+"""Round-by-round curves of chosen runs (accuracy, bytes per round, ...) as a PNG.
+
+Input is the long table of :func:`analysis.load.load_histories` (``run_id``, ``metric``,
+``step``, ``value``): one panel per metric, one line per run. Matplotlib's object API only, as in
+:mod:`analysis.plots`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.plots import _MARKERS, _figure_class
+
+__all__ = ["plot_rounds"]
+
+_COLUMNS = ("run_id", "metric", "step", "value")
+
+
+def plot_rounds(
+    history: pd.DataFrame,
+    metrics: Sequence[str],
+    path: str | Path,
+    *,
+    labels: Mapping[str, str] | None = None,
+    title: str | None = None,
+) -> Path:
+    """One panel per metric, one line per run, the round on the x axis.
+
+    Args:
+        history: long table with columns ``run_id``, ``metric``, ``step``, ``value``.
+        metrics: the metrics to draw, one panel each, in this order.
+        path: where the PNG goes; parent folders are created.
+        labels: a legend label per run id (default: the first 8 characters of the id).
+        title: the figure title.
+
+    Infinite and missing values are not drawn (a panel says how many were left out).
+
+    Raises:
+        ValueError: ``history`` lacks a column, or no metric is given.
+    """
+    missing = [c for c in _COLUMNS if c not in history.columns]
+    if missing:
+        raise ValueError(f"history lacks column(s) {', '.join(missing)}")
+    if not metrics:
+        raise ValueError("name at least one metric to plot")
+    from matplotlib.ticker import MaxNLocator
+
+    labels = dict(labels or {})
+    runs = list(dict.fromkeys(history["run_id"]))
+    steps = history["step"].to_numpy(dtype=float)
+    first, last = (steps.min(), steps.max()) if len(steps) else (1.0, 1.0)
+    ncols = min(3, len(metrics))
+    nrows = -(-len(metrics) // ncols)
+    fig = _figure_class()(figsize=(4.6 * ncols, 3.4 * nrows + 0.6), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+    for ax, metric in zip(axes, metrics, strict=False):
+        rows = history[history["metric"] == metric]
+        hidden = 0
+        for i, run_id in enumerate(runs):
+            mine = rows[rows["run_id"] == run_id].sort_values("step")
+            values = mine["value"].to_numpy(dtype=float)
+            keep = np.isfinite(values)
+            hidden += int((~keep).sum())
+            if keep.any():
+                ax.plot(
+                    mine["step"].to_numpy()[keep],
+                    values[keep],
+                    marker=_MARKERS[i % len(_MARKERS)],
+                    markersize=4,
+                    color=f"C{i % 10}",
+                    label=labels.get(run_id, str(run_id)[:8]),
+                )
+        note = f" ({hidden} non-finite not drawn)" if hidden else ""
+        ax.set_title(metric + note, fontsize=10)
+        ax.set_xlabel("round")
+        ax.set_xlim(first - 0.3, last + 0.3)  # one round still gets a sensible axis
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(True, color="0.9", linewidth=0.6)
+        if not len(rows):
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+    for ax in axes[len(metrics) :]:
+        ax.set_visible(False)
+    handles, names = [], []
+    for ax in axes:
+        for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
+            if name not in names:
+                handles.append(handle)
+                names.append(name)
+    if handles:
+        fig.legend(handles, names, loc="outside lower center", ncols=min(4, len(names)))
+    if title:
+        fig.suptitle(title)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120, format="png")
+    return out

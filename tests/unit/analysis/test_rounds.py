@@ -1,0 +1,46 @@
+"""Round-by-round curves of chosen runs."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.rounds import plot_rounds
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def history() -> pd.DataFrame:
+    rows = [("a", "accuracy", r, 0.3 + 0.1 * r) for r in (1, 2, 3)]
+    rows += [("b", "accuracy", r, 0.2 + 0.1 * r) for r in (1, 2, 3)]
+    rows += [("a", "round_bytes_up", r, 3.7e6) for r in (1, 2, 3)]
+    rows += [("a", "epsilon", r, math.inf) for r in (1, 2, 3)]  # non-DP: nothing to draw
+    return pd.DataFrame(rows, columns=["run_id", "metric", "step", "value"])
+
+
+def test_one_panel_per_metric(tmp_path: Path) -> None:
+    from PIL import Image
+
+    one = plot_rounds(history(), ["accuracy"], tmp_path / "one.png")
+    four = plot_rounds(
+        history(),
+        ["accuracy", "round_bytes_up", "epsilon", "never_logged"],
+        tmp_path / "sub" / "four.png",
+        labels={"a": "fedavg a", "b": "hyperfl b"},
+        title="curves",
+    )
+
+    for path in (one, four):
+        assert path.read_bytes()[:8] == PNG_MAGIC
+    with Image.open(one) as a, Image.open(four) as b:
+        assert b.size[0] > 2 * a.size[0] and b.size[1] > a.size[1]  # 3 columns, 2 rows
+
+
+def test_bad_input_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="lacks column"):
+        plot_rounds(history().drop(columns="step"), ["accuracy"], tmp_path / "x.png")
+    with pytest.raises(ValueError, match="at least one metric"):
+        plot_rounds(history(), [], tmp_path / "x.png")
