@@ -280,6 +280,21 @@ class Algorithm(ABC):
         """The aggregated model evaluated on the global test set, or None if there is none."""
         return None
 
+    def attack_surface(self, broadcast: TensorDict, client_id: int) -> Any:
+        """What an honest-but-curious server can compute about ``client_id``'s upload, given
+        what it ``broadcast``: a :class:`~flcore.attacks.surface.GradientSurface` built only
+        from the broadcast, the public architecture and the protocol's public initial values
+        of the client's private tensors. None for an algorithm that uploads nothing.
+
+        Called on the server's instance (after ``init_server``). Every uploading algorithm
+        must say how its upload relates to a gradient; the attack contract tests check it."""
+        if not self.uploads:
+            return None
+        raise NotImplementedError(
+            f"{type(self).__name__} uploads but does not define attack_surface(): gradient "
+            "inversion attacks cannot simulate its upload"
+        )
+
     def privacy_metrics(self) -> dict[str, float]:
         """The privacy spent so far. Without a DP mechanism nothing bounds what an uploading
         algorithm releases, so epsilon is inf; an algorithm that uploads nothing spends 0.

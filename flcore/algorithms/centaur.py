@@ -102,6 +102,14 @@ class Centaur(FedAvg):
     def global_model(self) -> None:
         return None  # a representation without a classifier
 
+    def attack_surface(self, broadcast: dict[str, torch.Tensor], client_id: int) -> Any:
+        """The broadcast representation; the head is private (an unknown from its public
+        initial value)."""
+        from flcore.attacks.surface import ModelSurface
+
+        model = self.model_spec().to(self.device)
+        return ModelSurface(model, broadcast, unknowns=self.init_client_state(client_id))
+
     def local_update(
         self, data: ClientData, task: ClientTask, generator: torch.Generator
     ) -> ClientResult:

@@ -146,6 +146,20 @@ class FedAvg(Algorithm):
     def global_model(self) -> nn.Module | None:
         return self.model
 
+    def attack_surface(self, broadcast: dict[str, torch.Tensor], client_id: int) -> Any:
+        """The broadcast model; its trainable parameters are what the upload moved. A frozen
+        part is the seeded (or pretrained) network every party builds."""
+        from flcore.attacks.surface import ModelSurface
+
+        model = seeded((self.seed, 0x1417), self.model_spec).to(self.device)
+        keys = self.trainable_keys(model)
+        params = dict(model.named_parameters())
+        shared = [k for k in (keys if keys is not None else params) if k in params]
+        fixed = {k: v for k, v in model.state_dict().items() if k not in shared}
+        return ModelSurface(
+            model, {k: broadcast[k] for k in shared}, fixed=fixed, label_key="head.bias"
+        )
+
     def state_dict(self) -> dict[str, Any]:
         dp = self._record_dp or self._client_dp
         return {

@@ -136,6 +136,19 @@ class HyperFL(Algorithm):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.hnet.load_state_dict(state["hnet"])
 
+    def attack_surface(self, broadcast: dict[str, torch.Tensor], client_id: int) -> Any:
+        """The broadcast hypernetwork; the embedding and head are private (unknowns from the
+        public initial values every client starts with)."""
+        from flcore.attacks.surface import HyperSurface
+
+        model = seeded((self.seed, 0x1417), self.model_spec).to(self.device)
+        return HyperSurface(
+            self._new_hypernet().to(self.device),
+            model,
+            broadcast,
+            unknowns=self.init_client_state(client_id),
+        )
+
     def client_embeddings(self, client_states: Mapping[int, Any]) -> np.ndarray:
         """The learned embeddings, one row per client in id order (paper Figure 8)."""
         ids = sorted(client_states)

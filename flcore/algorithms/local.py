@@ -59,6 +59,9 @@ class LocalOnly(FedAvg):
     def global_model(self) -> None:
         return None
 
+    def attack_surface(self, broadcast: dict[str, torch.Tensor], client_id: int) -> None:
+        return None  # nothing leaves the client: nothing to attack
+
     def privacy_metrics(self) -> dict[str, float]:
         return Algorithm.privacy_metrics(self)  # epsilon 0: nothing is released
 

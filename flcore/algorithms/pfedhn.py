@@ -200,6 +200,20 @@ class PFedHN(Algorithm):
             self.embeddings.copy_(state["embeddings"])
         self.opt.load_state_dict(state["opt"])
 
+    def attack_surface(self, broadcast: dict[str, torch.Tensor], client_id: int) -> Any:
+        """The server generated the broadcast model itself; the client sends its delta.
+        pFedHN-PC's head is private (an unknown from its public initial value)."""
+        from flcore.attacks.surface import ModelSurface
+
+        model = self.model_spec().to(self.device)
+        return ModelSurface(
+            model,
+            broadcast,
+            unknowns=self.init_client_state(client_id) or {},
+            upload_kind="delta",
+            label_key="head.bias",
+        )
+
     def client_embeddings(self, client_states: Mapping[int, Any]) -> np.ndarray:
         """The learned (server-side) embeddings, one row per client."""
         return self.embeddings.detach().cpu().numpy().copy()

@@ -128,6 +128,22 @@ class PPSGD(FedAvg):
     def init_client_state(self, client_id: int) -> dict[str, torch.Tensor]:
         return {k: torch.zeros_like(p) for k, p in self.model.named_parameters()}
 
+    def attack_surface(self, broadcast: dict[str, torch.Tensor], client_id: int) -> Any:
+        """The client's network is ``w + theta_i``: ``w`` is broadcast, ``theta_i`` is private
+        (an unknown offset starting from its public initial value, 0)."""
+        from flcore.attacks.surface import ModelSurface
+
+        model = self.model_spec().to(self.device)
+        params = dict(model.named_parameters())
+        start = {k: v for k, v in broadcast.items() if k in params}
+        return ModelSurface(
+            model,
+            start,
+            unknowns=self.init_client_state(client_id),
+            offset=True,
+            label_key="head.bias",
+        )
+
     def _clean_then_private(self, step: _AdditiveStep, n: int, generator: torch.Generator):  # type: ignore[no-untyped-def]
         """DP-SGD's hooks, with the backward pass first taking the mini-batch's clean gradient
         for ``theta_i`` (the paper's local step). It is the same estimator as DP-SGD's without

@@ -1,0 +1,283 @@
+"""The server's differentiable simulation of what a client uploads.
+
+A gradient-inversion attack needs, for a candidate record ``(x, y)``, the gradient that record
+would have put into the client's upload. That is public knowledge: the architecture and the
+training protocol are the algorithm's, and everything the simulation uses is either the
+broadcast (what the server sent) or a public initial value. Client-private tensors that shape
+the upload (CENTAUR's or pFedHN-PC's head, HyperFL's embedding and head, PPSGD's personal
+offset) are ``unknowns``: the simulation takes them as arguments, starting from the protocol's
+public initial values, and attacks optimise them jointly with the images (the paper's "all the
+unknown variables are learnable").
+
+Each algorithm builds its surface (``Algorithm.attack_surface``); the attacks only call
+:meth:`GradientSurface.gradient`, which is a pure function of ``(unknowns, x, y)`` so
+``torch.func.vmap`` can batch independent reconstructions.
+
+The upload becomes a target gradient by :meth:`GradientSurface.pseudo_gradient`: for one SGD
+step from ``start`` (a fresh optimiser, so momentum's first buffer is the gradient itself),
+``upload = start - lr (g + wd start)``, hence ``g = (start - upload) / lr - wd start`` exactly.
+For ``K`` local steps the same formula with ``lr K`` treats the total move as a scaled gradient,
+as HyperFL's evaluation does (Zhang et al. 2019's approximation); cosine matching does not
+depend on the scale. Clipping (DP-SGD's, HyperFL's grad-norm clip) scales it too.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, grad
+
+__all__ = ["GradientSurface", "ModelSurface", "HyperSurface"]
+
+TensorDict = dict[str, torch.Tensor]
+
+
+class GradientSurface(ABC):
+    """What a server can compute about one client's upload.
+
+    Attributes:
+        start: the uploaded tensors' values before the client trained (from the broadcast).
+        unknowns: public initial values of the client-private tensors the upload depends on.
+        upload_kind: ``weights`` (the upload is the trained tensors) or ``delta`` (trained minus
+            start, as pFedHN's clients send).
+        label_key: the classifier bias among the uploaded tensors, when it is uploaded (its
+            gradient gives the label away: iDLG), else None.
+    """
+
+    def __init__(
+        self,
+        start: Mapping[str, torch.Tensor],
+        unknowns: Mapping[str, torch.Tensor] | None = None,
+        *,
+        upload_kind: Literal["weights", "delta"] = "weights",
+        label_key: str | None = None,
+    ) -> None:
+        self.start = {k: v.detach() for k, v in start.items()}
+        self.unknowns = {k: v.detach().clone() for k, v in (unknowns or {}).items()}
+        self.upload_kind = upload_kind
+        self.label_key = label_key if label_key in self.start else None
+
+    @abstractmethod
+    def gradient(self, unknowns: TensorDict, x: torch.Tensor, y: torch.Tensor) -> TensorDict:
+        """The gradient of the mean cross-entropy of ``(x, y)`` with respect to ``start``'s
+        tensors, with the private tensors set to ``unknowns``. Pure and differentiable in
+        ``x`` and ``unknowns``; ``x`` is ``[b, C, H, W]`` (normalised), ``y`` is ``[b]``."""
+
+    def prepare_targets(self, targets: Sequence[TensorDict]) -> TensorDict:
+        """Stack target gradients (one per reconstruction) in the form :meth:`match` reads;
+        a surface may precompute what every iteration would otherwise recompute."""
+        return {k: torch.stack([t[k] for t in targets]) for k in targets[0]}
+
+    def match(
+        self,
+        unknowns: TensorDict,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        target: TensorDict,
+        distance: Callable[[TensorDict, TensorDict], torch.Tensor],
+    ) -> torch.Tensor:
+        """``distance(gradient(unknowns, x, y), target)`` for one reconstruction, ``target``
+        being one slice of :meth:`prepare_targets`; a surface may compute a known distance in
+        a cheaper, equivalent form."""
+        return distance(self.gradient(unknowns, x, y), target)
+
+    def pseudo_gradient(
+        self, upload: Mapping[str, torch.Tensor], training: object, steps: int
+    ) -> TensorDict:
+        """The gradient an upload implies (exact for one fresh SGD step; see module doc)."""
+        lr = float(training.lr)  # type: ignore[attr-defined]
+        wd = float(getattr(training, "weight_decay", 0.0))
+        out = {}
+        for k, s in self.start.items():
+            if k not in upload:
+                raise KeyError(f"the upload has no {k!r}: it does not match this surface")
+            u = upload[k].to(s.device, s.dtype)
+            moved = s - u if self.upload_kind == "weights" else -u
+            out[k] = moved / (lr * steps) - wd * s
+        return out
+
+
+def _ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits, y)
+
+
+class ModelSurface(GradientSurface):
+    """A network whose uploaded tensors are some of its own parameters.
+
+    Args:
+        model: the public architecture (its own tensors fill whatever is not given).
+        start: the uploaded parameters' values before training (the broadcast).
+        fixed: other known tensors (e.g. a frozen backbone), by state-dict key.
+        unknowns: private parameters by state-dict key, at their public initial values.
+        offset: the unknowns are additive offsets of every uploaded parameter (PPSGD's
+            personal part ``theta_i``: the client's network is ``w + theta_i``).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        start: Mapping[str, torch.Tensor],
+        *,
+        fixed: Mapping[str, torch.Tensor] | None = None,
+        unknowns: Mapping[str, torch.Tensor] | None = None,
+        offset: bool = False,
+        upload_kind: Literal["weights", "delta"] = "weights",
+        label_key: str | None = None,
+    ) -> None:
+        params = dict(model.named_parameters())
+        start = {k: v for k, v in start.items() if k in params}  # buffers carry no gradient
+        super().__init__(start, unknowns, upload_kind=upload_kind, label_key=label_key)
+        self.model = model.eval()
+        self.fixed = {k: v.detach() for k, v in (fixed or {}).items()}
+        self.offset = offset
+        if offset and set(self.unknowns) != set(self.start):
+            raise ValueError("offset unknowns must cover exactly the uploaded parameters")
+
+    def gradient(self, unknowns: TensorDict, x: torch.Tensor, y: torch.Tensor) -> TensorDict:
+        def loss(shared: TensorDict) -> torch.Tensor:
+            if self.offset:
+                params = self.fixed | {k: shared[k] + unknowns[k] for k in shared}
+            else:
+                params = self.fixed | dict(unknowns) | shared
+            return _ce(functional_call(self.model, params, (x,)), y)
+
+        return grad(loss)(self.start)
+
+    def logits(self, unknowns: TensorDict, x: torch.Tensor) -> torch.Tensor:
+        """The simulated network's output (for checks and label guesses)."""
+        if self.offset:
+            params = self.fixed | {k: self.start[k] + unknowns[k] for k in self.start}
+        else:
+            params = self.fixed | dict(unknowns) | self.start
+        return functional_call(self.model, params, (x,))
+
+
+class HyperSurface(GradientSurface):
+    """HyperFL: the upload is a hypernetwork ``h(.; phi)`` that generates the extractor from the
+    client's private embedding; the client's private head reads the extractor's output.
+
+    Args:
+        hnet: the public hypernetwork architecture.
+        model: the client network (``features`` generated, ``head`` private).
+        start: the hypernetwork's broadcast parameters.
+        unknowns: ``embedding`` and the head's ``head.*`` tensors, at their public initial values.
+    """
+
+    def __init__(
+        self,
+        hnet: nn.Module,
+        model: nn.Module,
+        start: Mapping[str, torch.Tensor],
+        unknowns: Mapping[str, torch.Tensor],
+    ) -> None:
+        super().__init__(start, unknowns)
+        self.hnet = hnet.eval()
+        self.model = model.eval()
+
+    def generate(self, embedding: torch.Tensor, phi: Mapping[str, torch.Tensor] | None = None):  # type: ignore[no-untyped-def]
+        """The extractor weights ``h(embedding; phi)`` (default phi: the broadcast)."""
+        return functional_call(self.hnet, dict(phi or self.start), (embedding,))
+
+    def _head(self, unknowns: TensorDict) -> TensorDict:
+        return {k.removeprefix("head."): v for k, v in unknowns.items() if k.startswith("head.")}
+
+    def gradient(self, unknowns: TensorDict, x: torch.Tensor, y: torch.Tensor) -> TensorDict:
+        def loss(phi: TensorDict) -> torch.Tensor:
+            theta = self.generate(unknowns["embedding"], phi)
+            feats = functional_call(self.model.features, theta, (x,))
+            return _ce(functional_call(self.model.head, self._head(unknowns), (feats,)), y)
+
+        return grad(loss)(self.start)
+
+    def prepare_targets(self, targets: Sequence[TensorDict]) -> TensorDict:
+        """Each head's weight target ``T_k`` (``numel_k x hidden``) as an exact thin
+        factorisation ``U_k diag(S_k) V_k^T``: singular values below 1e-6 of the largest carry
+        less than 1e-12 of its energy and are dropped. A one-step update of one record is rank
+        one, so matching then reads ``U_k`` (one column) instead of ``T_k`` (128 columns); a
+        full-rank target (noise, many steps) keeps every component and loses nothing. The
+        squared norm of the whole target is kept too. Ranks are padded with zero components
+        to the batch's largest so the reconstructions stack."""
+        hnet = self.hnet
+        out = super().prepare_targets(
+            [
+                {k: v for k, v in t.items() if not k.endswith(".weight") or k.startswith("body.")}
+                for t in targets
+            ]
+        )
+        out["__sq__"] = torch.stack([sum(v.pow(2).sum() for v in t.values()) for t in targets])
+        for i in range(len(hnet.names)):
+            key = f"heads.{i}.weight"
+            factors = []
+            for t in targets:
+                m = t[key].double()  # squaring in float32 would blur ranks at 1e-4
+                evals, vecs = torch.linalg.eigh(m.t() @ m)  # m^T m = V S^2 V^T
+                sv = evals.clamp(min=0).sqrt()
+                keep = sv > 1e-6 * sv.max().clamp(min=1e-30)
+                v, sv = vecs[:, keep], sv[keep]
+                u = (m @ v) / sv  # numel x r, orthonormal columns
+                dtype = t[key].dtype
+                factors.append((u.to(dtype), sv.to(dtype), v.to(dtype)))
+            r = max(1, max(len(sv) for _, sv, _ in factors))
+            pad = lambda a, n: torch.cat([a, a.new_zeros(*a.shape[:-1], n - a.shape[-1])], -1)  # noqa: E731
+            out[f"{key}.U"] = torch.stack([pad(u, r) for u, _, _ in factors])
+            out[f"{key}.SVt"] = torch.stack([pad(v * sv, r).t() for _, sv, v in factors])
+        return out
+
+    def match(
+        self,
+        unknowns: TensorDict,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        target: TensorDict,
+        distance: Callable[[TensorDict, TensorDict], torch.Tensor],
+    ) -> torch.Tensor:
+        """The cosine and L2 distances in factored form, never forming the hypernetwork's
+        gradient (14.9M numbers for the FMNIST CNN).
+
+        Each generated tensor is ``theta_k = W_k a + b_k`` with ``a`` the body's output, so
+        ``dL/dW_k = g_k a^T`` and ``dL/db_k = g_k`` with ``g_k = dL/dtheta_k``. Hence
+        ``<dL/dW_k, T_k> = g_k . (T_k a)`` and ``|dL/dW_k|^2 = |g_k|^2 |a|^2``; the body's
+        gradient is small and computed as it is. Equal to :meth:`gradient` then ``distance``
+        (a test checks it) at a fraction of the cost.
+        """
+        from flcore.attacks.gradmatch import cosine_distance, l2_distance
+
+        if distance not in (cosine_distance, l2_distance):
+            raise ValueError(f"HyperSurface matches cosine or L2 distances, not {distance!r}")
+        hnet = self.hnet
+        body = {k.removeprefix("body."): v for k, v in self.start.items() if k.startswith("body.")}
+        heads = [
+            (self.start[f"heads.{i}.weight"], self.start[f"heads.{i}.bias"], name, shape)
+            for i, (name, shape) in enumerate(zip(hnet.names, hnet.shapes, strict=True))
+        ]
+        zeros = {
+            name: torch.zeros(shape, dtype=x.dtype, device=x.device) for _, _, name, shape in heads
+        }
+
+        def loss(body_p: TensorDict, delta: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+            a = functional_call(hnet.body, body_p, (unknowns["embedding"],))
+            theta = {
+                name: F.linear(a, w, b).view(shape) + delta[name] for w, b, name, shape in heads
+            }
+            feats = functional_call(self.model.features, theta, (x,))
+            out = functional_call(self.model.head, self._head(unknowns), (feats,))
+            return _ce(out, y), a
+
+        (g_body, g_theta), a = grad(loss, argnums=(0, 1), has_aux=True)(body, zeros)
+        dot = sum((g_body[k] * target[f"body.{k}"]).sum() for k in g_body)
+        pred_sq = sum(g.pow(2).sum() for g in g_body.values())
+        tgt_sq = target["__sq__"]
+        a_sq = a.pow(2).sum()
+        for i, (_, _, name, _) in enumerate(heads):
+            g = g_theta[name].flatten()
+            u, svt = target[f"heads.{i}.weight.U"], target[f"heads.{i}.weight.SVt"]
+            dot = dot + (g @ u) @ (svt @ a) + g @ target[f"heads.{i}.bias"]
+            pred_sq = pred_sq + g.pow(2).sum() * (a_sq + 1)
+        if distance is cosine_distance:
+            return 1 - dot / (pred_sq.sqrt() * tgt_sq.sqrt() + 1e-12)
+        return pred_sq - 2 * dot + tgt_sq
