@@ -31,6 +31,7 @@ __all__ = [
     "PartitionConfig",
     "OptimizerConfig",
     "PrivacyConfig",
+    "AttackConfig",
     "load_config",
     "apply_overrides",
     "parse_overrides",
@@ -85,6 +86,27 @@ class PrivacyConfig(_Strict):
         return self
 
 
+class AttackConfig(_Strict):
+    """A privacy evaluation of the run's uploads (flcore.attacks.evaluation): HyperFL's
+    protocol by default, IG on 10 records of client 0, one record and one local step per
+    replayed upload, in the last round."""
+
+    name: str = "ig"
+    rounds: list[int] | None = Field(None, description="attacked rounds; None: the last one")
+    clients: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    images: int = Field(10, ge=1, description="records attacked per (round, client)")
+    iterations: int | None = Field(None, ge=1, description="None: the attack's default")
+    local_steps: int = Field(1, ge=1, description="local steps of each replayed update")
+    batch: int = Field(1, ge=1, description="records per replayed upload (the paper: 1)")
+    labels: Literal["auto", "given"] = Field(
+        "auto", description="auto: recovered (iDLG) where the upload allows it, else given"
+    )
+    seed: int = Field(0, ge=0)
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="the attack's own knobs (e.g. tv, lr, signed)"
+    )
+
+
 class ExperimentConfig(_Strict):
     """One FL experiment. Defaults are HyperFL's Fashion-MNIST setup (appendix D.1)."""
 
@@ -113,6 +135,7 @@ class ExperimentConfig(_Strict):
     optimizer: OptimizerConfig = OptimizerConfig()
     algorithm_params: dict[str, Any] = Field(default_factory=dict)
     privacy: PrivacyConfig | None = None
+    attack: AttackConfig | None = None
     output_dir: str = "runs"
     checkpoint_every: int = Field(0, ge=0, description="rounds between checkpoints; 0: never")
 
@@ -207,6 +230,8 @@ def _check_names(cfg: ExperimentConfig) -> None:
             "privacy.mechanism",
             f"{cfg.algorithm} cannot run with {cfg.privacy.mechanism!r} (supported: {supported})",
         )
+    if cfg.attack is not None:
+        _check_attack(cfg, cfg.attack)
     if alg.requires_privacy and cfg.privacy is None:
         raise ConfigError(
             "privacy",
@@ -214,6 +239,27 @@ def _check_names(cfg: ExperimentConfig) -> None:
             f"{{mechanism: {alg.requires_privacy}, target_epsilon: 4, delta: 1e-5, "
             f"clip: 0.04}}",
         )
+
+
+def _check_attack(cfg: ExperimentConfig, a: AttackConfig) -> None:
+    from flcore.attacks import ATTACKS
+
+    if a.name not in ATTACKS:
+        raise ConfigError(
+            "attack.name", f"unknown attack {a.name!r}; known: {', '.join(ATTACKS.names())}"
+        )
+    for r in a.rounds or []:
+        if not 1 <= r <= cfg.rounds:
+            raise ConfigError("attack.rounds", f"round {r} is not in 1..{cfg.rounds}")
+    for c in a.clients:
+        if not 0 <= c < cfg.num_clients:
+            raise ConfigError("attack.clients", f"client {c} is not in 0..{cfg.num_clients - 1}")
+    if a.images % a.batch:
+        raise ConfigError("attack.images", f"must be a multiple of attack.batch ({a.batch})")
+    if cfg.samples_per_client is not None and a.batch > cfg.samples_per_client:
+        raise ConfigError("attack.batch", f"a client has only {cfg.samples_per_client} records")
+    params = dict(a.params) | ({"iterations": a.iterations} if a.iterations else {})
+    ATTACKS.get(a.name).validate(params)
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:

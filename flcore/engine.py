@@ -46,6 +46,11 @@ class Engine:
         workers: client processes (1 = in this process).
         device: torch device.
         callbacks: consumers of per-round results.
+        probes: evaluations that look at each round before it trains (e.g. a privacy attack
+            on its uploads, flcore.attacks.evaluation): ``before_round(engine, round, tasks)``,
+            ``round_metrics(round)`` and ``summary(engine)`` merge into the results,
+            ``state_dict``/``load_state_dict`` into checkpoints. Their time is not counted in
+            ``round_seconds``.
     """
 
     def __init__(
@@ -61,6 +66,7 @@ class Engine:
         workers: int = 1,
         device: str = "cpu",
         callbacks: list[Callback] | None = None,
+        probes: list[Any] | None = None,
     ) -> None:
         self.factory = factory
         self.data = data
@@ -72,6 +78,7 @@ class Engine:
         self.workers = workers
         self.device = device
         self.callbacks = CallbackList(callbacks)
+        self.probes: list[Any] = list(probes or [])
         self.algorithm: Algorithm = factory()
         self.algorithm.init_server()
         self.client_states: dict[int, Any] = {
@@ -130,6 +137,10 @@ class Engine:
             tasks.append(
                 ClientTask(cid, r, payload, self.client_states[cid], evaluate_now, self.seed)
             )
+        probe_start = time.perf_counter()
+        for probe in self.probes:
+            probe.before_round(self, r, tasks)
+        probe_seconds = time.perf_counter() - probe_start
         bytes_up, losses, accs, client_s = 0, [], [], []
         for res in executor.map(tasks):
             bytes_up += tensor_bytes(res.upload)
@@ -150,7 +161,7 @@ class Engine:
                     self.data.info,
                     device=torch.device(self.device),
                 )
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - start - probe_seconds
         self.totals["bytes_up"] += bytes_up
         self.totals["bytes_down"] += bytes_down
         self.totals["seconds"] += seconds
@@ -169,6 +180,8 @@ class Engine:
             **self.totals,
             **alg.privacy_metrics(),
         }
+        for probe in self.probes:
+            metrics.update(probe.round_metrics(r))
         return RoundResult(r, tuple(ids), metrics, evaluate_now)
 
     def summary(self) -> dict[str, Any]:
@@ -176,13 +189,16 @@ class Engine:
         last_eval = next((h for h in reversed(self.history) if h.evaluated), None)
         acc = last_eval.metrics["accuracy"] if last_eval else None
         gacc = last_eval.metrics["global_accuracy"] if last_eval else None
-        return {
+        out = {
             "accuracy": acc,
             "global_accuracy": gacc,
             "rounds": self.round,
             **self.totals,
             **self.algorithm.privacy_metrics(),
         }
+        for probe in self.probes:
+            out.update(probe.summary(self))
+        return out
 
     # ----------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -195,6 +211,7 @@ class Engine:
             "client_states": self.client_states,
             "totals": dict(self.totals),
             "history": [(h.round, h.client_ids, h.metrics, h.evaluated) for h in self.history],
+            "probes": [p.state_dict() for p in self.probes],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -212,6 +229,8 @@ class Engine:
         self.client_states = dict(state["client_states"])
         self.totals = dict(state["totals"])
         self.history = [RoundResult(*h) for h in state["history"]]
+        for probe, probe_state in zip(self.probes, state.get("probes", []), strict=False):
+            probe.load_state_dict(probe_state)
 
     def save_checkpoint(self, path: str | Path) -> Path:
         """Write the state to ``path`` atomically (a crash never leaves a half file)."""

@@ -32,6 +32,7 @@ __all__ = [
     "make_executor",
     "client_generator",
     "WorkerStartError",
+    "one_torch_thread",
 ]
 
 
@@ -55,7 +56,8 @@ def client_generator(seed: int, round: int, client_id: int) -> torch.Generator:
 
 
 @contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
+def one_torch_thread() -> Iterator[None]:
+    """Run the block with one torch thread (bitwise repeatable, whatever the machine)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -82,7 +84,7 @@ class InProcessExecutor:
 
     def map(self, tasks: Iterable[ClientTask]) -> Iterator[ClientResult]:
         for task in tasks:
-            with _one_thread():
+            with one_torch_thread():
                 result = _run_task(self._algorithm, self._fed, task)
             yield result
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from flcore.algorithms import ALGORITHMS, LocalTraining, ModelSpec
 from flcore.callbacks import Callback
@@ -13,7 +14,7 @@ from flcore.executor import AlgorithmFactory
 from flcore.privacy.accounting import calibrate_history
 from flcore.privacy.settings import PrivacySettings
 
-__all__ = ["build_data", "build_engine", "resolve_privacy"]
+__all__ = ["attack_probe", "build_data", "build_engine", "resolve_privacy"]
 
 
 def resolve_privacy(cfg: ExperimentConfig, data: FederatedData) -> PrivacySettings | None:
@@ -78,6 +79,26 @@ def build_data(cfg: ExperimentConfig) -> FederatedData:
     )
 
 
+def attack_probe(cfg: ExperimentConfig, factory: AlgorithmFactory) -> Any:
+    """The privacy evaluation ``cfg.attack`` asks for, as an engine probe."""
+    from flcore.attacks.evaluation import AttackSettings, LeakageEvaluator
+
+    a = cfg.attack
+    assert a is not None
+    settings = AttackSettings(
+        name=a.name,
+        rounds=tuple(a.rounds or [cfg.rounds]),
+        clients=tuple(a.clients),
+        images=a.images,
+        batch=a.batch,
+        local_steps=a.local_steps,
+        labels=a.labels,
+        params=dict(a.params) | ({"iterations": a.iterations} if a.iterations else {}),
+        seed=a.seed,
+    )
+    return LeakageEvaluator(settings, factory)
+
+
 def build_engine(
     cfg: ExperimentConfig,
     *,
@@ -118,6 +139,7 @@ def build_engine(
     return Engine(
         factory,
         data,
+        probes=[attack_probe(cfg, factory)] if cfg.attack is not None else None,
         rounds=cfg.rounds,
         client_fraction=cfg.client_fraction,
         full_last_round=cfg.full_last_round,

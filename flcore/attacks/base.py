@@ -10,8 +10,9 @@ nothing else:
   broadcast and the protocol's public initial values (:mod:`flcore.attacks.surface`);
 - ``training``: the public local-training hyperparameters (lr, momentum, weight decay), the
   local steps and the number of records in the attacked update;
-- ``labels``: the true labels only when the evaluation gives them (HyperFL's protocol assumes
-  known labels); otherwise None, and an attack recovers them (iDLG) or says it cannot.
+- ``labels``: the true labels when the evaluation gives them (HyperFL's protocol assumes known
+  labels), else None; with ``recover_labels`` an attack first tries to recover them from the
+  upload (iDLG) and uses the given ones only where it cannot.
 
 Attacks live one per file, registered in :data:`ATTACKS`; each validates its own parameters
 (:class:`AttackParams`). An attack that needs a generative prior (ROG, Yue et al. 2023) fits the
@@ -63,6 +64,7 @@ class Observation:
     info: DatasetInfo
     image_shape: tuple[int, int, int]
     labels: torch.Tensor | None = None
+    recover_labels: bool = True
 
     def target(self) -> dict[str, torch.Tensor]:
         """The gradient the upload implies, as the surface reads it (see

@@ -46,7 +46,8 @@ def labels_for(observations: Sequence[Observation]) -> tuple[torch.Tensor, str]:
     else the given ones. Raises when neither is possible."""
     recovered = []
     for o in observations:
-        lab = idlg_labels(o.surface, o.target()) if o.num_records == 1 else None
+        can = o.recover_labels and o.num_records == 1
+        lab = idlg_labels(o.surface, o.target()) if can else None
         if lab is None:
             break
         recovered.append(lab)
