@@ -17,7 +17,7 @@ from analysis.pareto import (
     pareto_ranks,
     parse_objectives,
 )
-from analysis.plots import axis_label, plot_pareto_2d
+from analysis.plots import axis_label, plot_attack_grid, plot_pareto_2d
 
 __all__ = [
     "FrontAnalysis",
@@ -35,5 +35,6 @@ __all__ = [
     "pareto_front",
     "pareto_ranks",
     "parse_objectives",
+    "plot_attack_grid",
     "plot_pareto_2d",
 ]

@@ -286,3 +286,48 @@ def plot_embeddings(
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120, bbox_inches="tight")
     return out
+
+
+def plot_attack_grid(
+    originals: np.ndarray,
+    reconstructions: np.ndarray,
+    path: str | Path,
+    *,
+    title: str = "originals (top) and reconstructions (bottom)",
+    captions: list[str] | None = None,
+) -> Path:
+    """The attack image grid: originals above their reconstructions, one column per record.
+
+    Args:
+        originals, reconstructions: ``[n, C, H, W]`` arrays in ``[0, 1]`` (C = 1 or 3).
+        captions: one line under each reconstruction (e.g. its PSNR).
+    Returns the PNG path.
+    """
+    orig = np.asarray(originals, dtype=np.float32)
+    rec = np.asarray(reconstructions, dtype=np.float32)
+    if orig.shape != rec.shape or orig.ndim != 4 or len(orig) == 0:
+        raise ValueError(
+            f"need two [n, C, H, W] arrays of one shape, got {orig.shape} and {rec.shape}"
+        )
+    n = len(orig)
+    fig = _figure_class()(figsize=(1.2 * n + 0.4, 2.9))
+    axes = np.asarray(fig.subplots(2, n, squeeze=False))
+    for row, imgs in enumerate((orig, rec)):
+        for j in range(n):
+            ax = axes[row, j]
+            img = np.clip(imgs[j].transpose(1, 2, 0), 0, 1)
+            if img.shape[-1] == 1:
+                ax.imshow(img[..., 0], cmap="gray", vmin=0, vmax=1)
+            else:
+                ax.imshow(img)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if row == 1 and captions:
+                ax.set_xlabel(captions[j], fontsize=7)
+    axes[0, 0].set_ylabel("original", fontsize=8)
+    axes[1, 0].set_ylabel("attack", fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120, bbox_inches="tight")
+    return out

@@ -9,6 +9,7 @@ from flcore.callbacks import Callback, RoundResult
 from flcore.config import ExperimentConfig, flatten
 from flcore.engine import Engine
 from flcore.experiment import build_data, build_engine
+from sweeps.attack_artifacts import ATTACK_GRID_DIR, attack_tags, grid_png
 from sweeps.progress import ProgressCallback
 from sweeps.provenance import provenance_tags
 from sweeps.results import ParquetCallback
@@ -37,8 +38,11 @@ def run_experiment(
     progress: bool = True,
     resume_from: str | Path | None = None,
     parent_run_id: str | None = None,
+    stop_after: int | None = None,
+    tags: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run ``cfg`` to the end and return the summary (with ``run_id`` and ``metrics_path``).
+    """Run ``cfg`` to the end (or through round ``stop_after``) and return the summary (with
+    ``run_id`` and ``metrics_path``).
 
     The data is built before the MLflow run is created, so a missing dataset writes nothing.
     """
@@ -47,7 +51,8 @@ def run_experiment(
         experiment=experiment_name(cfg.experiment),
         params=config_params(cfg),
         tags=provenance_tags(data.splits.checksum)
-        | {"fedsweep.data_source": data.splits.source[:5000]},
+        | {"fedsweep.data_source": data.splits.source[:5000]}
+        | dict(tags or {}),
         run_name=f"{cfg.algorithm}-{cfg.dataset}-s{cfg.seed}",
         parent_run_id=parent_run_id,
     )
@@ -66,7 +71,14 @@ def run_experiment(
     if resume_from is not None:
         engine.load_checkpoint(resume_from)
     try:
-        summary = engine.run()
+        if stop_after is None:
+            summary = engine.run()
+        else:
+            for result in engine.iter_rounds():
+                if result.round >= stop_after:
+                    break
+            summary = engine.summary()
+            engine.callbacks.on_run_end(summary)
     except BaseException as exc:
         bar.close()
         if parquet.rows:  # keep what was measured before the failure
@@ -80,6 +92,10 @@ def run_experiment(
     )
     tracker.log_artifact(metrics_path)
     _log_embeddings(engine, cfg, run_dir, tracker)
+    tracker.set_tags(attack_tags(summary, engine))
+    grid = grid_png(engine, run_dir / ATTACK_GRID_DIR)
+    if grid is not None:
+        tracker.log_artifact(grid, ATTACK_GRID_DIR)
     tracker.finish()
     return {
         **summary,
@@ -88,6 +104,7 @@ def run_experiment(
         "algorithm": cfg.algorithm,
         "dataset": cfg.dataset,
         "dp_guarantee": guarantee,
+        **({"attack_grid": str(grid.resolve())} if grid is not None else {}),
     }
 
 

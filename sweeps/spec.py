@@ -136,6 +136,20 @@ def _objectives(raw: Any) -> list[dict[str, Any]]:
     raise ConfigError("objectives", "must be a mapping {metric: max|min} or a list")
 
 
+def _reported(algorithm: str, base: ExperimentConfig) -> set[str]:
+    """Metrics a trial of ``algorithm`` reports: the algorithm's, plus the privacy evaluation's
+    when the base config attacks and the algorithm uploads something to attack (``local``'s
+    leakage is null: nothing uploaded)."""
+    from flcore.algorithms import ALGORITHMS
+    from flcore.attacks.evaluation import LEAK_METRICS
+
+    alg = ALGORITHMS.get(algorithm)
+    out = set(alg.reports)
+    if base.attack is not None and alg.uploads:
+        out |= set(LEAK_METRICS)
+    return out
+
+
 def validate_spec(raw: Mapping[str, Any], *, base_dir: Path | None = None) -> SweepSpec:
     """Validate a raw spec; errors name the dotted key and are raised before any work."""
     from flcore.algorithms import ALGORITHMS
@@ -186,10 +200,17 @@ def validate_spec(raw: Mapping[str, Any], *, base_dir: Path | None = None) -> Sw
             )
         if alg not in SPACES:
             raise ConfigError(f"algorithms.{i}", f"no search space for {alg!r} in search_spaces/")
+    reported = {a: _reported(a, spec.base) for a in spec.algorithms}
     for i, obj in enumerate(spec.objectives):
-        lacking = [a for a in spec.algorithms if obj.name not in ALGORITHMS.get(a).reports]
+        if obj.name == "leak_lpips" and spec.base.attack is not None:
+            from flcore.attacks.metrics import LPIPS
+
+            reason = LPIPS().reason
+            if reason is not None:
+                raise ConfigError(f"objectives.{i}", reason)
+        lacking = [a for a in spec.algorithms if obj.name not in reported[a]]
         if lacking and obj.missing is None:
-            known = sorted(set().union(*(ALGORITHMS.get(a).reports for a in spec.algorithms)))
+            known = sorted(set().union(*reported.values()))
             raise ConfigError(
                 f"objectives.{i}",
                 f"{', '.join(lacking)} cannot report {obj.name!r}; give the objective a "

@@ -47,7 +47,7 @@ def _param_value(value: Any) -> str:
 def _finite(values: Mapping[str, float | None]) -> dict[str, float]:
     out = {}
     for k, v in values.items():
-        if v is None:
+        if v is None or isinstance(v, str | bool):  # reasons and labels are tags, not metrics
             continue
         v = float(v)
         # MLflow stores nan/inf; keep inf (a non-DP epsilon is inf) but drop nan (not measured).
@@ -119,8 +119,8 @@ class MLflowCallback(Callback):
     def set_tags(self, tags: Mapping[str, str]) -> None:
         self.client.log_batch(self.run_id, tags=[self._RunTag(k, str(v)) for k, v in tags.items()])
 
-    def log_artifact(self, path: str | Path) -> None:
-        self.client.log_artifact(self.run_id, str(path))
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), artifact_path)
 
     def finish(self, status: str = "FINISHED") -> None:
         """Close the run (``FINISHED``, ``FAILED`` or ``KILLED``)."""

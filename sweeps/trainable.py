@@ -120,6 +120,9 @@ class FLTrainable(tune.Trainable):
             if diverged:
                 break
         report = self._report()
+        grid = self._attack_grid()
+        if grid is not None:
+            report["attack_grid_png"] = grid  # once: the driver logs it as an artifact
         done = all(e.round >= e.rounds for e in self.engines)
         report["diverged"] = diverged
         if diverged:
@@ -127,6 +130,18 @@ class FLTrainable(tune.Trainable):
             report.update({k: math.nan for k in self.missing} | {"accuracy": math.nan})
         report["done"] = done or diverged
         return report
+
+    def _attack_grid(self) -> str | None:
+        """The first seed's attack image grid as base64 PNG, the first time one exists (it
+        travels in the result: the driver may be on another machine than this worker)."""
+        if getattr(self, "_grid_sent", False):
+            return None
+        from sweeps.attack_artifacts import grid_png_base64
+
+        png = grid_png_base64(self.engines[0])
+        if png is not None:
+            self._grid_sent = True
+        return png
 
     def _report(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -42,6 +42,7 @@ _SKIP = {
     "algorithm",
     "diverged",
     "node_id",
+    "attack_grid_png",
 }
 
 
@@ -182,6 +183,8 @@ class MLflowDriverCallback(Callback):
         now = int(time.time() * 1000)
         metrics = [Metric(k, v, now, step) for k, v in _metrics(result).items()]
         self.client.log_batch(run_id, metrics=metrics)
+        if result.get("attack_grid_png"):
+            self._log_grid(run_id, result["attack_grid_png"])
         if trial.trial_id not in self._tagged:  # once per trial and driver
             self._tagged.add(trial.trial_id)
             self._tags(
@@ -193,6 +196,18 @@ class MLflowDriverCallback(Callback):
                     "dp_guarantee": result.get("dp_guarantee", ""),
                 },
             )
+
+    def _log_grid(self, run_id: str, png_base64: str) -> None:
+        """A trial's attack image grid (sent as base64 in its result) as the run's artifact."""
+        import base64
+        import tempfile
+
+        from sweeps.attack_artifacts import ATTACK_GRID_DIR
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "reconstructions.png"
+            path.write_bytes(base64.b64decode(png_base64))
+            self.client.log_artifact(run_id, str(path), ATTACK_GRID_DIR)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         """Close the runs of trials Tune no longer knows (once every trial has ended).

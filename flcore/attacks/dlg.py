@@ -20,7 +20,7 @@ import torch
 from pydantic import Field
 
 from flcore.attacks.base import ATTACKS, Attack, AttackParams, Observation, Reconstruction
-from flcore.attacks.gradmatch import Problem, l2_distance, to_unit
+from flcore.attacks.gradmatch import Problem, l2_distance, to_unit, without_onednn
 from flcore.attacks.ig import labels_for
 
 __all__ = ["DeepLeakage", "DLGParams"]
@@ -65,7 +65,7 @@ class DeepLeakage(Attack):
             return loss
 
         best, best_loss = x.detach().clone(), float("inf")
-        with torch.backends.mkldnn.flags(enabled=False):
+        with without_onednn():
             for _ in range(p.iterations + 1):
                 before = x.detach().clone()
                 # the last pass only measures the final images (step returns the loss it

@@ -10,7 +10,8 @@ slower than PyTorch's own for the double backward (BENCHMARKS.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,7 @@ from flcore.data import DatasetInfo
 
 __all__ = [
     "Problem",
+    "without_onednn",
     "cosine_distance",
     "l2_distance",
     "total_variation",
@@ -31,6 +33,17 @@ __all__ = [
 
 TensorDict = dict[str, torch.Tensor]
 Distance = Callable[[TensorDict, TensorDict], torch.Tensor]
+
+
+@contextlib.contextmanager
+def without_onednn() -> Iterator[None]:
+    """PyTorch's own convolution kernels for the block (see the module doc)."""
+    before = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = before
 
 
 def cosine_distance(pred: TensorDict, target: TensorDict) -> torch.Tensor:

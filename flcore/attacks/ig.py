@@ -29,6 +29,7 @@ from flcore.attacks.gradmatch import (
     idlg_labels,
     pixel_box,
     to_unit,
+    without_onednn,
 )
 
 __all__ = ["InvertingGradients", "IGParams", "labels_for"]
@@ -81,7 +82,7 @@ def run_adam(
     milestones = [int(iterations * f) for f in (3 / 8, 5 / 8, 7 / 8)]
     sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=milestones, gamma=0.1)
     lo, hi = pixel_box(problem.info, problem.device)
-    with torch.backends.mkldnn.flags(enabled=False):
+    with without_onednn():
         for _ in range(iterations):
             opt.zero_grad(set_to_none=True)
             problem.loss(x, unknowns, distance, tv).backward()
