@@ -248,6 +248,12 @@ def _check_attack(cfg: ExperimentConfig, a: AttackConfig) -> None:
         raise ConfigError(
             "attack.name", f"unknown attack {a.name!r}; known: {', '.join(ATTACKS.names())}"
         )
+    supported = ATTACKS.get(a.name).algorithms
+    if supported is not None and cfg.algorithm not in supported:
+        raise ConfigError(
+            "attack.name",
+            f"{a.name} attacks {', '.join(sorted(supported))} uploads, not {cfg.algorithm!r}",
+        )
     for r in a.rounds or []:
         if not 1 <= r <= cfg.rounds:
             raise ConfigError("attack.rounds", f"round {r} is not in 1..{cfg.rounds}")

@@ -111,6 +111,8 @@ class Attack(ABC):
 
     name: ClassVar[str] = ""
     Params: ClassVar[type[AttackParams]] = AttackParams
+    #: the algorithms whose uploads this attack understands (None: any uploading algorithm)
+    algorithms: ClassVar[frozenset[str] | None] = None
 
     def __init__(
         self, params: AttackParams | Mapping[str, Any] | None = None, device: str = "cpu"

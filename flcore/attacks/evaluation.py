@@ -172,7 +172,11 @@ class LeakageEvaluator:
         n = min(self.settings.images, n_train)
         return rng.choice(n_train, size=n, replace=False)
 
-    def _attack_client(self, engine: Any, round: int, task: ClientTask) -> None:
+    def observe(
+        self, engine: Any, round: int, task: ClientTask
+    ) -> tuple[list[Observation], list[ArrayDataset]]:
+        """Replay ``task``'s client on its drawn records (``batch`` per upload) and return
+        what the server sees of each replayed upload, with the records behind it."""
         s, data = self.settings, engine.data
         cid = task.client_id
         if self._replayer is None:
@@ -207,6 +211,11 @@ class LeakageEvaluator:
                 )
             )
             truths.append(records)
+        return observations, truths
+
+    def _attack_client(self, engine: Any, round: int, task: ClientTask) -> None:
+        cid = task.client_id
+        observations, truths = self.observe(engine, round, task)
         t0 = time.perf_counter()
         with one_torch_thread():  # repeatable to the bit on any machine, as the clients are
             recons = self.attack.reconstruct_many(observations)

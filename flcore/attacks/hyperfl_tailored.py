@@ -67,6 +67,7 @@ class HyperFLTailored(Attack):
 
     name = "hyperfl_tailored"
     Params = IGParams
+    algorithms = frozenset({"hyperfl", "hyperfl_lpm"})
 
     def reconstruct(self, observation: Observation) -> Reconstruction:
         return self.reconstruct_many([observation])[0]

@@ -1,0 +1,72 @@
+"""Every algorithm hands attacks only the server's view; every attack honours the contract
+(flcore.testing.attack_contract), on real FMNIST."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flcore.algorithms import ALGORITHMS
+from flcore.attacks import ATTACKS
+from flcore.config import validate_config
+from flcore.experiment import build_data
+from flcore.testing import attack_contract as contract
+from tests.contract.test_algorithms import MODEL, PRIVACY
+
+
+@pytest.fixture(scope="module")
+def small(data_root: Path):  # type: ignore[no-untyped-def]
+    raw = {
+        "dataset": "fmnist",
+        "data_root": str(data_root),
+        "num_clients": 2,
+        "samples_per_client": 40,
+        "test_samples_per_client": 20,
+        "rounds": 2,
+        "local_epochs": 1,
+        "batch_size": 20,
+        "lr": 0.05,
+        "seed": 4,
+        "workers": 1,
+    }
+    return raw, build_data(validate_config(raw))
+
+
+def _cfg(raw: dict, algorithm: str):  # type: ignore[no-untyped-def]
+    needs = ALGORITHMS.get(algorithm).requires_privacy
+    extra = {"privacy": PRIVACY[needs]} if needs else {}
+    return validate_config(raw | {"algorithm": algorithm} | extra | MODEL.get(algorithm, {}))
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS.names())
+def test_the_observation_holds_only_what_the_server_sees(algorithm: str, small) -> None:  # type: ignore[no-untyped-def]
+    raw, data = small
+    contract.check_observation_is_the_servers_view(_cfg(raw, algorithm), data)
+
+
+@pytest.mark.parametrize("attack", ATTACKS.names())
+def test_attack_contract(attack: str, small) -> None:  # type: ignore[no-untyped-def]
+    raw, data = small
+    supported = ATTACKS.get(attack).algorithms
+    algorithm = "fedavg" if supported is None else sorted(supported)[0]
+    _, _, obs, _ = contract.observations(_cfg(raw, algorithm), data)
+    contract.check_attack_contract(attack, obs[0])
+
+
+def test_the_check_catches_a_leaking_upload(small, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The contract is not vacuous: an algorithm that also uploads its private embedding fails."""
+    from flcore.algorithms.hyperfl import HyperFL
+
+    original = HyperFL.local_update
+
+    def leaky(self, data, task, generator):  # type: ignore[no-untyped-def]
+        result = original(self, data, task, generator)
+        if task.round == 2:  # the attacked round (round 1 must still aggregate)
+            result.upload["embedding"] = task.state["embedding"].clone()
+        return result
+
+    monkeypatch.setattr(HyperFL, "local_update", leaky)
+    raw, data = small
+    with pytest.raises(AssertionError, match="private tensor"):
+        contract.check_observation_is_the_servers_view(_cfg(raw, "hyperfl"), data)
