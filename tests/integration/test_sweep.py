@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from sweeps.export import _unsanitize
 from tests.integration.sweep_helpers import (
     child_runs,
     cli,
@@ -21,7 +22,11 @@ from tests.integration.sweep_helpers import (
 
 
 def test_two_trial_sweep_parent_children_parquet_and_study(data_root: Path, tmp_path: Path) -> None:
-    path = write_spec(tmp_path, tiny_spec(data_root))
+    # sampler seed 0 draws local, then fedavg (seed 1, the helper's, draws local twice)
+    spec = tiny_spec(data_root, sampler={"name": "random", "seed": 0})
+    # every trial also runs a (tiny) privacy evaluation of its last round
+    spec["base"]["attack"] = {"name": "ig", "images": 1, "iterations": 5}
+    path = write_spec(tmp_path, spec)
     out = cli(["sweep", str(path), "--json"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads(out.stdout)
@@ -55,10 +60,18 @@ def test_two_trial_sweep_parent_children_parquet_and_study(data_root: Path, tmp_
         assert "optimizer.momentum" in params and "lr" in params
         steps = sorted(m.step for m in c.get_metric_history(run.info.run_id, "accuracy"))
         assert steps == [1, 2]
-        assert run.data.metrics["epsilon"] == (
+        # MLflow's sqlite store keeps inf as the largest float; the export maps it back
+        assert _unsanitize(run.data.metrics["epsilon"]) == (
             0.0 if tags["algorithm"] == "local" else float("inf")
         )
         assert tags["dp_guarantee"] == ("no-release" if tags["algorithm"] == "local" else "none")
+        attacked = [f.path for f in c.list_artifacts(run.info.run_id, "attack")]
+        if tags["algorithm"] == "local":  # nothing uploaded: nothing attacked
+            assert "leak_psnr" not in run.data.metrics and attacked == []
+        else:  # the trial's grid travelled from its worker to the driver
+            assert run.data.metrics["leak_psnr"] > 0 and run.data.metrics["leak_images"] == 1
+            assert attacked == ["attack/reconstructions.png"]
+    assert {run.data.tags["algorithm"] for run in runs} == {"fedavg", "local"}
     df = pd.read_parquet(doc["results_parquet"])
     assert len(df) == 2 and set(df["status"]) == {"FINISHED"}
     assert {"accuracy", "bytes_up", "params.lr", "duration_s", "run_id"} <= set(df.columns)

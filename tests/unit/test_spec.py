@@ -106,3 +106,34 @@ def test_missing_value_allows_an_objective_some_algorithm_lacks() -> None:
 def test_asha_on_one_metric() -> None:
     spec = validate_spec(_spec(scheduler={"name": "asha", "metric": "accuracy", "mode": "max"}))
     assert spec.scheduler.metric == "accuracy" and spec.steps == 2
+
+
+ATTACK = {"name": "ig", "images": 2, "iterations": 10}
+
+
+def test_leakage_objectives_need_an_attack_and_a_missing_value_for_local() -> None:
+    objectives = [{"name": "accuracy", "direction": "max"}, "leak_psnr:min"]
+    with pytest.raises(ConfigError, match="cannot report 'leak_psnr'"):
+        validate_spec(_spec(algorithms=["fedavg"], objectives=objectives))  # no attack
+    spec = validate_spec(
+        _spec(algorithms=["fedavg"], objectives=objectives, base={"rounds": 2, "attack": ATTACK})
+    )
+    assert [o.name for o in spec.objectives] == ["accuracy", "leak_psnr"]
+    # local uploads nothing: its leakage is null, so the objective needs a missing value
+    with pytest.raises(ConfigError, match="local cannot report 'leak_psnr'"):
+        validate_spec(_spec(objectives=objectives, base={"rounds": 2, "attack": ATTACK}))
+    ok = [objectives[0], {"name": "leak_psnr", "direction": "min", "missing": 0.0}]
+    validate_spec(_spec(objectives=ok, base={"rounds": 2, "attack": ATTACK}))
+
+
+def test_an_lpips_objective_without_alexnet_weights_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))  # a hub without the weights
+    objectives = ["accuracy:max", "leak_lpips:max"]
+    with pytest.raises(ConfigError, match="AlexNet weights"):
+        validate_spec(
+            _spec(
+                algorithms=["fedavg"], objectives=objectives, base={"rounds": 2, "attack": ATTACK}
+            )
+        )
