@@ -66,16 +66,19 @@ def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, dead
         engine.load_checkpoint(ckpt)
         spent = float(json.loads((run_dir / "spent.json").read_text())["seconds"])
     start = time.perf_counter()
-    if engine.round < engine.rounds and time.time() < deadline:
+    until = min(engine.rounds, args.until_round or engine.rounds)
+    if engine.round < until and time.time() < deadline:
         rounds = engine.iter_rounds()
         for result in rounds:
             with log.open("a") as f:
                 f.write(json.dumps({"round": result.round, **result.metrics}) + "\n")
-            last = result.round == engine.rounds
+            last = result.round == engine.rounds or result.round == args.until_round
             if result.round % args.checkpoint_every == 0 or last:
                 engine.save_checkpoint(ckpt)
                 total = spent + time.perf_counter() - start
                 (run_dir / "spent.json").write_text(json.dumps({"seconds": total}))
+                if result.round == args.until_round:  # a partial run, e.g. for the attacks
+                    break
                 if time.time() > deadline and not last:
                     break
         rounds.close()
@@ -106,6 +109,12 @@ def main() -> None:
     ap.add_argument("--checkpoint-every", type=int, default=5)
     ap.add_argument("--max-minutes", type=float, default=float("inf"))
     ap.add_argument("--set", action="append", default=[], help="key=value for every run")
+    ap.add_argument(
+        "--until-round",
+        type=int,
+        default=None,
+        help="stop (with a checkpoint) after this round; the run stays a --rounds run",
+    )
     ap.add_argument("--label", default="", help="names the --set variant in run folders")
     args = ap.parse_args()
     deadline = time.time() + args.max_minutes * 60
