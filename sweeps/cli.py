@@ -700,12 +700,14 @@ def _print_front(summary: dict[str, Any]) -> None:
             row["algorithm"], *values, "*" if row["on_overall_front"] else "", row["run_id"]
         )
     Console().print(table)
-    if summary.get("pareto_png"):
-        Console().print(f"Pareto plot: {summary['pareto_png']}")
+    for png in summary.get("pareto_pngs") or [summary.get("pareto_png")] * bool(
+        summary.get("pareto_png")
+    ):
+        Console().print(f"Pareto plot: {png}")
     Console().print(
         f"results: {summary['results_parquet']}; MLflow parent run "
-        f"{summary['parent_run_id']} (browse: mlflow ui --backend-store-uri "
-        f"sqlite:///mlflow.db)"
+        f"{summary['parent_run_id']} (browse: fedsweep ui; report: fedsweep report "
+        f"--experiment {summary.get('experiment', 'quickstart')} --out report.html)"
     )
 
 

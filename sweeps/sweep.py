@@ -373,14 +373,24 @@ def _summarise(
         if len(objectives) >= 2:
             from analysis.plots import plot_pareto_2d
 
-            out["pareto_png"] = str(
-                plot_pareto_2d(
-                    result.table,
-                    objectives[0],
-                    objectives[1],
-                    by="algorithm",
-                    path=paths.pareto_png,
-                    title=f"sweep {spec.name}",
+            # the first objective against each other one: pareto_png is the first pair's
+            pngs = [
+                str(
+                    plot_pareto_2d(
+                        result.table,
+                        objectives[0],
+                        other,
+                        by="algorithm",
+                        path=paths.pareto_png
+                        if k == 1
+                        else paths.pareto_png.with_name(
+                            f"{spec.name}_pareto_{objectives[0].name}_{other.name}.png"
+                        ),
+                        title=f"sweep {spec.name}",
+                    )
                 )
-            )
+                for k, other in enumerate(objectives[1:], start=1)
+            ]
+            out["pareto_png"] = pngs[0]
+            out["pareto_pngs"] = pngs
     return out

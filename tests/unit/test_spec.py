@@ -23,7 +23,9 @@ def _spec(**over: object) -> dict:
 def test_quickstart_spec_is_valid_and_small() -> None:
     spec = load_spec(QUICKSTART)
     assert spec.algorithms == ["fedavg", "local", "dp_fedavg", "hyperfl"]
-    assert spec.multi_objective and [o.name for o in spec.objectives] == ["accuracy", "epsilon"]
+    assert spec.multi_objective
+    assert [o.name for o in spec.objectives] == ["accuracy", "epsilon", "leak_psnr"]
+    assert spec.base.attack is not None and spec.base.attack.iterations <= 500
     assert spec.base.dataset == "fmnist" and spec.num_samples * spec.base.rounds <= 40
 
 
