@@ -54,13 +54,14 @@ def _surface_tensors(surface: Any) -> Iterator[torch.Tensor]:
 
 
 def observations(
-    cfg: ExperimentConfig, data: FederatedData, client: int = 0
+    cfg: ExperimentConfig, data: FederatedData, client: int = 0, train_rounds: int = 1
 ) -> tuple[Engine, ClientTask, list[Observation], LeakageEvaluator]:
-    """Train round 1, then replay ``client``'s round-2 update on one record and return the
-    engine, the round-2 task and what the server sees of the replayed upload."""
-    cfg = cfg.model_copy(update={"rounds": max(cfg.rounds, 2), "client_fraction": 1.0})
+    """Train ``train_rounds`` rounds, then replay ``client``'s next update on one record and
+    return the engine, that round's task and what the server sees of the replayed upload."""
+    r = train_rounds + 1
+    cfg = cfg.model_copy(update={"rounds": max(cfg.rounds, r), "client_fraction": 1.0})
     raw = cfg.model_dump(mode="json") | {
-        "attack": {"name": "ig", "rounds": [2], "clients": [client], "images": 1, "iterations": 1}
+        "attack": {"name": "ig", "rounds": [r], "clients": [client], "images": 1, "iterations": 1}
     }
     from flcore.config import validate_config
 
@@ -69,15 +70,16 @@ def observations(
     evaluator = engine.probes[0]
     engine.probes = []  # round 1 trains without an attack
     rounds = engine.iter_rounds()
-    next(rounds)
+    for _ in range(train_rounds):
+        next(rounds)
     rounds.close()
     alg = engine.algorithm
-    alg.begin_round(2, [client])
-    payload = alg.broadcast(2, client)
-    task = ClientTask(client, 2, payload, engine.client_states[client], False, cfg.seed)
+    alg.begin_round(r, [client])
+    payload = alg.broadcast(r, client)
+    task = ClientTask(client, r, payload, engine.client_states[client], False, cfg.seed)
     if not alg.uploads:
         return engine, task, [], evaluator
-    obs, _ = evaluator.observe(engine, 2, task)
+    obs, _ = evaluator.observe(engine, r, task)
     return engine, task, obs, evaluator
 
 
