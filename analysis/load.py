@@ -37,6 +37,9 @@ PROVENANCE_TAGS = (
     "torch.version",
     "dataset.sha256",
     "leak_lpips_reason",
+    "leak_reason",
+    "attack",
+    "attack.labels",
 )
 _SWEEP_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _FIRST = ["run_id", "experiment", "experiment_id", "status", "algorithm", "dataset", "sweep"]

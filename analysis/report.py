@@ -33,6 +33,8 @@ from analysis.tables import (
 __all__ = ["AttackGrid", "ReportData", "SweepInfo", "render_report", "run_url"]
 
 _LEAK = ("leak_psnr", "leak_ssim", "leak_lpips", "leak_psnr_max", "leak_ssim_max")
+#: shown beside each attack grid, not as provenance
+_ATTACK_TAGS = {"tags.leak_lpips_reason", "tags.leak_reason", "tags.attack", "tags.attack.labels"}
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,14 @@ def _attack_metrics(data: ReportData, run_id: str) -> str:
     row = data.runs[data.runs["run_id"] == run_id]
     if not len(row):
         return ""
-    parts = [f"{m} {fmt(row.iloc[0][m])}" for m in _LEAK if m in row.columns]
+    first = row.iloc[0]
+    parts = [f"{m} {fmt(first[m])}" for m in _LEAK if m in row.columns]
+    reason = first.get("tags.leak_lpips_reason")
+    if isinstance(reason, str) and reason:
+        parts.append(f"no LPIPS: {reason}")
+    labels = first.get("tags.attack.labels")
+    if isinstance(labels, str) and labels:
+        parts.append(f"labels {labels}")
     return ", ".join(parts)
 
 
@@ -206,7 +215,7 @@ def _provenance(data: ReportData) -> list[tuple[str, str]]:
     rows = []
     for col in sorted(c for c in data.runs.columns if str(c).startswith("tags.")):
         values = sorted({str(v) for v in data.runs[col].dropna()})
-        if values and col != "tags.leak_lpips_reason":
+        if values and col not in _ATTACK_TAGS:
             rows.append((col[len("tags.") :] + " (runs)", ", ".join(values)))
     rows += [(f"{k} (this report)", v) for k, v in data.generator.items()]
     return rows

@@ -2,10 +2,10 @@
 
 Experiment ``fl-runs`` holds single runs made by ``run_experiment`` on real Fashion-MNIST
 (4 clients x 100 samples x 2 rounds): FedAvg, Local-only with seeds 0 and 1 (one configuration,
-two seeds), DP-FedAvg (a finite epsilon) and HyperFL (about 128x FedAvg's upload). Two synthetic
-edge cases come through MlflowClient: a FAILED run whose metrics would dominate every front, and
-an attack image grid (real FMNIST test images above noisy copies, the layout of the attack
-issue's ``attack/reconstructions.png``) with leak metrics on the FedAvg run.
+two seeds), DP-FedAvg (a finite epsilon) and HyperFL (about 128x FedAvg's upload). The FedAvg
+run also runs a (short) IG attack on its last round, so it carries real leak metrics and the
+image grid ``attack/reconstructions.png``. One synthetic edge case comes through MlflowClient: a
+FAILED run whose metrics would dominate every front.
 
 Experiment ``fl-sweep`` holds a sweep's shape: a parent run made as ``run_sweep`` makes it
 (tags, and the spec logged by ``sweeps.sweep._log_spec`` from a validated spec) and two
@@ -20,10 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 SWEEP_NAME = "tiny-sweep"
-LEAK = {"leak_psnr": 11.5, "leak_ssim": 0.31, "leak_lpips": 0.52}
+ATTACK = {"name": "ig", "images": 2, "iterations": 30}
 
 
 @dataclass
@@ -85,22 +83,6 @@ def _run(cfg: dict[str, Any], parent_run_id: str | None = None) -> str:
     return str(result["run_id"])
 
 
-def attack_grid_png(fmnist: Any, path: Path, n: int = 6) -> Path:
-    """Real FMNIST test images (top row) above noisy copies standing in for reconstructions."""
-    from matplotlib.figure import Figure
-
-    images = fmnist.test.images[:n, 0].numpy().astype(float) / 255.0
-    noisy = np.clip(images + np.random.default_rng(0).normal(0, 0.25, images.shape), 0, 1)
-    fig = Figure(figsize=(n, 2.2))
-    axes = fig.subplots(2, n)
-    for i in range(n):
-        for row, batch in enumerate((images, noisy)):
-            axes[row, i].imshow(batch[i], cmap="gray", vmin=0, vmax=1)
-            axes[row, i].axis("off")
-    fig.savefig(path, dpi=60)
-    return path
-
-
 def _failed_run(client: Any, experiment_id: str) -> str:
     from mlflow.entities import Metric, Param
 
@@ -155,7 +137,7 @@ def build_store(root: Path, data_root: Path, fmnist: Any) -> Store:
     try:
         out = root / "runs"
         base = base_config(data_root, out)
-        store.runs["fedavg"] = _run(base)
+        store.runs["fedavg"] = _run(base | {"attack": ATTACK})
         store.runs["local-s0"] = _run(base | {"algorithm": "local"})
         store.runs["local-s1"] = _run(base | {"algorithm": "local", "seed": 1})
         store.runs["hyperfl"] = _run(base | {"algorithm": "hyperfl"})
@@ -165,10 +147,6 @@ def build_store(root: Path, data_root: Path, fmnist: Any) -> Store:
         client = MlflowClient(tracking_uri=uri)
         runs_exp = client.get_experiment_by_name("fl-runs").experiment_id
         store.runs["failed"] = _failed_run(client, runs_exp)
-        grid = attack_grid_png(fmnist, root / "reconstructions.png")
-        client.log_artifact(store.runs["fedavg"], str(grid), artifact_path="attack")
-        for name, value in LEAK.items():
-            client.log_metric(store.runs["fedavg"], name, value, step=2)
 
         sweep_exp = client.create_experiment("fl-sweep")
         store.parent_run_id = _sweep_parent(client, sweep_exp, data_root, root)

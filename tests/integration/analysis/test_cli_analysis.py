@@ -14,7 +14,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from analysis.tables import fmt
 from sweeps.cli import app
+from sweeps.tracking import mlflow_client
 from tests.integration.analysis.store import SWEEP_NAME, Store
 from tests.integration.sweep_helpers import cli
 
@@ -189,7 +191,9 @@ def test_report_on_runs_without_a_sweep(store: Store, tmp_path: Path) -> None:
     assert "not started by a sweep" in html
     assert f"/#/experiments/1/runs/{store.runs['local-s0']}" in html
     assert "attack reconstructions of fedavg" in html  # the logged grid is shown
-    assert "leak_psnr 11.5" in html
+    psnr = mlflow_client(store.uri).get_run(store.runs["fedavg"]).data.metrics["leak_psnr"]
+    assert f"leak_psnr {fmt(psnr)}" in html and "labels idlg" in html
+    assert "no LPIPS" in html or "leak_lpips –" not in html
     assert "No run matches a Table 1 setting" in html
     assert "reports no attack figure for fmnist" in html
     assert "upload × FedAvg" in html and "hyperfl" in html
