@@ -32,19 +32,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _machine import machine  # noqa: E402
 
+from analysis.paper import ACCURACY, FMNIST_20, FMNIST_100  # noqa: E402
 from flcore.config import load_config  # noqa: E402
 from flcore.experiment import build_data, build_engine  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-PAPER = {  # HyperFL Table 1, Fashion-MNIST: (20 clients, 100 clients)
-    "local": (85.93, 87.01),
-    "fedavg": (85.67, 88.11),
-    "pfedhn": (87.64, 89.80),
-    "hyperfl": (88.28, 90.41),
-    "dp_fedavg": (59.88, None),
-    "ppsgd": (84.47, None),
-    "centaur": (83.07, None),
-}
 
 
 def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, deadline: float):  # type: ignore[no-untyped-def]
@@ -84,7 +76,7 @@ def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, dead
         rounds.close()
     spent += time.perf_counter() - start
     summary = engine.summary()
-    paper = PAPER.get(method, (None, None))[0 if clients == 20 else 1]
+    paper = ACCURACY[FMNIST_20 if clients == 20 else FMNIST_100].get(method)
     return {
         "method": method,
         "overrides": args.set,

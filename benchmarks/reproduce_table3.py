@@ -30,21 +30,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _machine import machine  # noqa: E402
 
+from analysis.paper import ATTACK  # noqa: E402
 from flcore.algorithms import ClientTask  # noqa: E402
 from flcore.config import load_config  # noqa: E402
 from flcore.experiment import build_data, build_engine  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-#: HyperFL Table 3 (IG), EMNIST: PSNR, SSIM, LPIPS (the paper has no FMNIST attack figures)
-PAPER_EMNIST = {
-    "fedavg": (32.64, 0.8925, 0.0526),
-    "pfedhn": (31.24, 0.8701, 0.0807),
-    "pfedhn_pc": (28.38, 0.8713, 0.0645),
-    "dp_fedavg": (7.74, 0.2978, 0.7051),
-    "centaur": (9.52, 0.2136, 0.6712),
-    "ppsgd": (9.73, 0.1889, 0.6466),
-    "hyperfl": (7.85, 0.3010, 0.7147),
-}
 #: the Table 1 runs whose checkpoints are attacked (the DP baselines' paper protocol)
 RUNS = {
     "ppsgd": ("ppsgd-paper-protocol-20-s0", ["algorithm_params.personal_dp=false"]),
@@ -116,7 +107,8 @@ def attack_one(method: str, attack: str, args: argparse.Namespace) -> dict:  # t
             title=f"{attack} on {method} (FMNIST, round {attacked}): originals, reconstructions",
             captions=caps,
         )
-    paper = PAPER_EMNIST.get(method) if attack == "ig" else None
+    # the paper has no FMNIST attack figures: EMNIST's, the closest (grey 28x28), beside ours
+    paper = ATTACK["emnist"].get(method) if attack == "ig" else None
     result = {
         "method": method,
         "attack": attack,

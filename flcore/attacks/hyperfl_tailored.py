@@ -31,9 +31,9 @@ from collections.abc import Sequence
 
 import torch
 
-from flcore.attacks.base import ATTACKS, Attack, Observation, Reconstruction
+from flcore.attacks.base import ATTACKS, Observation, Reconstruction
 from flcore.attacks.gradmatch import Problem, to_unit
-from flcore.attacks.ig import IGParams, labels_for, run_adam
+from flcore.attacks.ig import IGParams, InvertingGradients, labels_for
 from flcore.attacks.surface import HyperSurface, ModelSurface
 
 __all__ = ["HyperFLTailored", "recover_embedding", "extractor_gradient"]
@@ -62,15 +62,12 @@ def extractor_gradient(
 
 
 @ATTACKS.register("hyperfl_tailored")
-class HyperFLTailored(Attack):
+class HyperFLTailored(InvertingGradients):
     """Embedding recovery from the hypernetwork update, then IG on the generated extractor."""
 
     name = "hyperfl_tailored"
     Params = IGParams
     algorithms = frozenset({"hyperfl", "hyperfl_lpm"})
-
-    def reconstruct(self, observation: Observation) -> Reconstruction:
-        return self.reconstruct_many([observation])[0]
 
     def reconstruct_many(self, observations: Sequence[Observation]) -> list[Reconstruction]:
         p = self.params
@@ -105,15 +102,7 @@ class HyperFLTailored(Attack):
                 device=self.device,
                 seed=p.seed + i,
             )
-            x, _ = run_adam(
-                problem,
-                iterations=p.iterations,
-                lr=p.lr,
-                unknown_lr=p.unknown_lr,
-                tv=p.tv,
-                signed=p.signed,
-                boxed=p.boxed,
-            )
+            x, _ = self.solve(problem)
             out.append(
                 Reconstruction(
                     to_unit(x[0], obs.info).cpu(),

@@ -106,6 +106,20 @@ class InvertingGradients(Attack):
     def reconstruct(self, observation: Observation) -> Reconstruction:
         return self.reconstruct_many([observation])[0]
 
+    def solve(self, problem: Problem) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Run the IG optimisation on ``problem`` with this attack's parameters."""
+        p = self.params
+        assert isinstance(p, IGParams)
+        return run_adam(
+            problem,
+            iterations=p.iterations,
+            lr=p.lr,
+            unknown_lr=p.unknown_lr,
+            tv=p.tv,
+            signed=p.signed,
+            boxed=p.boxed,
+        )
+
     def reconstruct_many(self, observations: Sequence[Observation]) -> list[Reconstruction]:
         p = self.params
         assert isinstance(p, IGParams)
@@ -120,15 +134,7 @@ class InvertingGradients(Attack):
             device=self.device,
             seed=p.seed,
         )
-        x, _ = run_adam(
-            problem,
-            iterations=p.iterations,
-            lr=p.lr,
-            unknown_lr=p.unknown_lr,
-            tv=p.tv,
-            signed=p.signed,
-            boxed=p.boxed,
-        )
+        x, _ = self.solve(problem)
         return [
             Reconstruction(to_unit(x[i], first.info).cpu(), labels[i].cpu(), source, p.iterations)
             for i in range(len(observations))
