@@ -9,7 +9,10 @@ over 600 real FMNIST records) runs, two clients at a time on the 2 cores, in
 - ``spawn``: a ``torch.multiprocessing`` spawn pool with one torch thread per worker (fedsweep's
   PoolExecutor layout);
 - ``ray``: Ray tasks with ``num_cpus=1`` (what Flower's simulation uses);
-- ``engine``: fedsweep's own FedAvg ``local_update`` in the engine's pool (``client_seconds``).
+- ``engine``: fedsweep's own FedAvg ``local_update`` in the engine's pool (``client_seconds``);
+- ``update``: the same ``local_update`` in the plain spawn pool, its data and payload pickled as
+  ordinary tensors: engine vs update isolates the engine's executor (shared-memory dataset and
+  payloads), update vs spawn the algorithm's code.
 
 Environments alternate ``--repeats`` times; the figure is the median seconds per client.
 
@@ -68,6 +71,32 @@ def _spawn_task(args: tuple) -> float:  # type: ignore[type-arg]
     return client_loop(*args)
 
 
+_ALG = None
+
+
+def _update_task(args: tuple) -> float:  # type: ignore[type-arg]
+    """fedsweep's FedAvg ``local_update`` in a plain spawn pool: the data and the payload come
+    as ordinary pickled tensors (no shared memory), the algorithm is built once per worker."""
+    global _ALG
+    factory, payload, images, labels, cid = args
+    from flcore.algorithms.base import ClientData, ClientTask
+    from flcore.data import ArrayDataset, dataset_info
+    from flcore.executor import client_generator
+
+    torch.set_num_threads(1)
+    if _ALG is None:
+        _ALG = factory()
+    data = ArrayDataset(images, labels)
+    info = dataset_info("fmnist")
+    start = time.perf_counter()
+    _ALG.local_update(
+        ClientData(cid, data, data, info),
+        ClientTask(cid, 2, payload, None, False, 0),
+        client_generator(0, 2, cid),
+    )
+    return time.perf_counter() - start
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=10)
@@ -95,9 +124,14 @@ def main() -> None:
     pool.map(_spawn_task, parts[:2])  # warm up both environments
     ray.get([remote.remote(*p) for p in parts[:2]])
 
-    out: dict[str, list[float]] = {"spawn": [], "ray": [], "engine": []}
+    probe = build_engine(cfg, data=data)
+    payload = {k: v.clone() for k, v in probe.algorithm.broadcast(1, 0).items()}
+    updates = [(probe.factory, payload, im, lab, c) for im, lab, c in parts]
+    pool.map(_update_task, updates[:2])
+    out: dict[str, list[float]] = {"spawn": [], "ray": [], "engine": [], "update": []}
     for _ in range(args.repeats):
         out["spawn"] += pool.map(_spawn_task, parts, chunksize=1)
+        out["update"] += pool.map(_update_task, updates, chunksize=1)
         out["ray"] += ray.get([remote.remote(*p) for p in parts])
         engine = build_engine(cfg, data=data)
         it = engine.iter_rounds()
@@ -116,6 +150,7 @@ def main() -> None:
                 "median_client_seconds": med,
                 "ray_over_spawn": round(med["ray"] / med["spawn"], 3),
                 "engine_over_spawn": round(med["engine"] / med["spawn"], 3),
+                "update_over_spawn": round(med["update"] / med["spawn"], 3),
                 "samples": {k: [round(x, 3) for x in v] for k, v in out.items()},
             },
             indent=1,
