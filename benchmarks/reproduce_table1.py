@@ -7,8 +7,9 @@ Runs each method's config from sweeps/configs/ (HyperFL's setup: 200 rounds, dom
 checkpoint.pt``; a later invocation with the same OUT resumes each run where it stopped (and
 skips finished ones), so a CPU can do it in chunks (``--max-minutes`` stops cleanly after the
 next checkpoint past that budget). Each run's per-round metrics go to ``metrics.jsonl`` beside
-its checkpoint. The result is one JSON object on stdout: per run, the rounds done, the last
-evaluated ``accuracy``, the wall seconds spent so far, and the paper's figure.
+its checkpoint; the round-50 checkpoint is also kept as ``checkpoint-r50.pt`` (``--keep``) for
+``reproduce_table3.py``. The result is one JSON object on stdout: per run, the rounds done, the
+last evaluated ``accuracy``, the wall seconds spent so far, and the paper's figure.
 
     .venv/bin/python benchmarks/reproduce_table1.py --methods fedavg hyperfl --clients 20 \\
         --seeds 0 --out benchmarks/out/table1 --max-minutes 50
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -65,8 +67,11 @@ def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, dead
             with log.open("a") as f:
                 f.write(json.dumps({"round": result.round, **result.metrics}) + "\n")
             last = result.round == engine.rounds or result.round == args.until_round
-            if result.round % args.checkpoint_every == 0 or last:
+            kept = result.round in args.keep
+            if result.round % args.checkpoint_every == 0 or last or kept:
                 engine.save_checkpoint(ckpt)
+                if kept:  # what reproduce_table3.py attacks (round R+1 from round R)
+                    shutil.copyfile(ckpt, run_dir / f"checkpoint-r{result.round}.pt")
                 total = spent + time.perf_counter() - start
                 (run_dir / "spent.json").write_text(json.dumps({"seconds": total}))
                 if result.round == args.until_round:  # a partial run, e.g. for the attacks
@@ -108,6 +113,13 @@ def main() -> None:
         help="stop (with a checkpoint) after this round; the run stays a --rounds run",
     )
     ap.add_argument("--label", default="", help="names the --set variant in run folders")
+    ap.add_argument(
+        "--keep",
+        nargs="*",
+        type=int,
+        default=[50],
+        help="also keep these rounds' checkpoints as checkpoint-r<R>.pt (Table 3 attacks 51)",
+    )
     args = ap.parse_args()
     deadline = time.time() + args.max_minutes * 60
     runs = [
