@@ -115,3 +115,57 @@ def test_clients_keep_no_copy_of_the_hypernetwork_between_rounds(data_root: Path
     for state in engine.client_states.values():
         kept = sum(t.numel() for t in state.values())
         assert kept < 2000 < hnet / 1000
+
+
+def test_step_two_clips_the_hypernetwork_and_the_embedding_apart(data_root: Path) -> None:
+    """As the authors' code: each part's gradient is clipped to max_grad_norm on its own (a
+    joint clip would leave each part below it). One plain SGD step (no weight decay, no head
+    step), so each part moves by exactly lr x its clipped gradient."""
+    clip, lr = 2e-5, 1.0  # both gradients are larger than clip (embedding: ~9e-5)
+    cfg = _cfg(
+        data_root,
+        samples_per_client=50,
+        lr=lr,
+        optimizer={"name": "sgd", "momentum": 0.5, "weight_decay": 0.0},
+        algorithm_params={
+            "embed_dim": 16,
+            "hidden_dim": 32,
+            "head_epochs": 0,
+            "max_grad_norm": clip,
+        },
+    )
+    engine = build_engine(cfg)
+    alg, data = engine.algorithm, engine.data
+    alg.begin_round(1, [0])
+    task = ClientTask(0, 1, alg.broadcast(1, 0), engine.client_states[0], False, cfg.seed)
+    cdata = ClientData(0, data.client_train(0), data.client_test(0), data.info)
+    result = alg.local_update(cdata, task, client_generator(cfg.seed, 1, 0))
+    moved_h = sum(
+        float((result.upload[k] - v).double().pow(2).sum()) for k, v in task.payload.items()
+    )
+    moved_e = float((result.state["embedding"] - task.state["embedding"]).double().norm())
+    assert moved_h**0.5 == pytest.approx(lr * clip, rel=1e-2)
+    assert moved_e == pytest.approx(lr * clip, rel=1e-2)
+
+
+def test_head_init_scale_scales_only_the_heads() -> None:
+    net = build_model("cnn_fmnist", num_classes=10, in_channels=1)
+    torch.manual_seed(0)
+    authors = HyperNetwork.for_module(net.features)
+    torch.manual_seed(0)
+    scaled = HyperNetwork.for_module(net.features, head_init_scale=0.1)
+    for (k, a), (_, b) in zip(
+        authors.state_dict().items(), scaled.state_dict().items(), strict=True
+    ):
+        want = a * 0.1 if k.startswith("heads.") else a
+        assert torch.allclose(b, want), k
+    # the authors' default init generates an extractor far larger than a CNN's own init (the
+    # first loss is in the tens); scaled by 0.1 it is ten times smaller
+    v = torch.randn(64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        std_a = torch.cat([t.flatten() for t in authors(v).values()]).std()
+        std_s = torch.cat([t.flatten() for t in scaled(v).values()]).std()
+    assert float(std_a) > 0.1
+    assert float(std_s) == pytest.approx(float(std_a) * 0.1, rel=1e-4)
+    with pytest.raises(ValueError, match="head_init_scale"):
+        HyperNetwork.for_module(net.features, head_init_scale=0.0)
