@@ -43,6 +43,10 @@ RUNS = {
 }
 
 
+#: what a re-check keeps of a saved record (the attack's own scores)
+KEPT = ("psnr", "ssim", "embedding_cosine")
+
+
 def _config(method: str, extra: list[str]):  # type: ignore[no-untyped-def]
     over = ["seed=0", "workers=1", *extra]
     if method == "pfedhn":
@@ -60,13 +64,28 @@ def _checkpoint(run_dir: Path, round: int) -> Path | None:
     return None
 
 
+def _rounding_floor(start: dict, step: float) -> float:  # type: ignore[type-arg]
+    """The norm of the gradient an upload implies by float32 rounding alone: the uploaded
+    weights ``w - step * g`` are rounded to float32 (error uniform within half an ulp of each
+    weight, variance ulp^2 / 12; ``w - upload`` is then exact), divided by the step. An implied
+    gradient of about this norm is rounding noise, whatever the record."""
+    var = 0.0
+    for w in start.values():
+        a = w.detach().abs().float()
+        ulp = torch.nextafter(a, torch.full_like(a, float("inf"))) - a
+        var += float(ulp.double().pow(2).sum()) / 12
+    return var**0.5 / step
+
+
 def _gradient_check(engine, evaluator, task) -> list[dict]:  # type: ignore[no-untyped-def,type-arg]
     """Per attacked record: its PSNR and, where the client's private state is the surface's
     unknowns (every algorithm but HyperFL, whose head moves in step 1 before the uploaded step),
     how much gradient the upload carried: the norm of the true gradient of the record at the
     client's starting point and the cosine between it and the gradient the upload implies
     (1 when the upload is one exact step; about 0 when the gradient drowned in float32 rounding
-    of the weights, or in DP noise)."""
+    of the weights, or in DP noise). For every algorithm, HyperFL included: the norm of the
+    gradient the upload implies and the norm float32 rounding alone would give it
+    (``rounding_floor``), and the tailored attack's embedding cosine."""
     from flcore.data import normalize
 
     observations, truths = evaluator.observe(engine, task.round, task)
@@ -77,16 +96,22 @@ def _gradient_check(engine, evaluator, task) -> list[dict]:  # type: ignore[no-u
         row = {"label": int(rec.labels[0])}
         if score is not None:
             row |= {"psnr": round(score.psnr, 2), "ssim": round(score.ssim, 4)}
+            if score.embedding_cos is not None:
+                row["embedding_cosine"] = round(score.embedding_cos, 4)
         surface = obs.surface
+        target = obs.target()
+        row["upload_grad_norm"] = sum(float(t.pow(2).sum()) for t in target.values()) ** 0.5
+        row["rounding_floor"] = _rounding_floor(
+            surface.start, float(obs.training.lr) * obs.local_steps
+        )
         if all(k in state for k in surface.unknowns) and not hasattr(surface, "hnet"):
             unknowns = {k: state[k] for k in surface.unknowns}
             x = normalize(rec.images, obs.info)
             true = surface.gradient(unknowns, x, rec.labels)
-            target = obs.target()
             dot = sum(float((true[k] * target[k]).sum()) for k in true)
             tn = sum(float(true[k].pow(2).sum()) for k in true) ** 0.5
-            pn = sum(float(target[k].pow(2).sum()) for k in true) ** 0.5
-            row |= {"true_grad_norm": tn, "upload_grad_norm": pn, "cosine": dot / (tn * pn + 1e-30)}
+            pn = row["upload_grad_norm"]
+            row |= {"true_grad_norm": tn, "cosine": dot / (tn * pn + 1e-30)}
         rows.append(row)
     return rows
 
@@ -117,8 +142,12 @@ def attack_one(method: str, attack: str, args: argparse.Namespace) -> dict:  # t
     out = Path(args.out) / f"{attack}-{method}.json"
     if out.is_file():
         cached = json.loads(out.read_text())
-        if "records" not in cached and args.check_cached:  # older results: add the check
-            cached["records"] = _recheck(method, cached, args)
+        if args.check_cached:  # (re)do the per-record check, keeping the attack's scores
+            old = cached.get("records") or [{}] * cached["leak_images"]
+            cached["records"] = [
+                {k: v for k, v in o.items() if k in KEPT} | new
+                for o, new in zip(old, _recheck(method, cached, args), strict=True)
+            ]
             out.write_text(json.dumps(cached, indent=1))
         return cached
     run, extra = RUNS.get(method, (f"{method}-20-s0", []))
