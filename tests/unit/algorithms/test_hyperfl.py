@@ -54,15 +54,20 @@ def _cfg(data_root: Path, **over):  # type: ignore[no-untyped-def]
     return validate_config(raw)
 
 
+def _first_update(engine, cfg, *, evaluate: bool):  # type: ignore[no-untyped-def]
+    """Client 0's round-1 local update, outside the engine: (its task, its result)."""
+    alg, data = engine.algorithm, engine.data
+    alg.begin_round(1, [0])
+    task = ClientTask(0, 1, alg.broadcast(1, 0), engine.client_states[0], evaluate, cfg.seed)
+    cdata = ClientData(0, data.client_train(0), data.client_test(0), data.info)
+    return task, alg.local_update(cdata, task, client_generator(cfg.seed, 1, 0))
+
+
 def test_only_hypernetwork_tensors_leave_the_client(data_root: Path) -> None:
     cfg = _cfg(data_root)
     engine = build_engine(cfg)
-    alg, data = engine.algorithm, engine.data
-    alg.begin_round(1, [0])
-    task = ClientTask(0, 1, alg.broadcast(1, 0), engine.client_states[0], True, cfg.seed)
-    cdata = ClientData(0, data.client_train(0), data.client_test(0), data.info)
-    result = alg.local_update(cdata, task, client_generator(cfg.seed, 1, 0))
-    hnet_state = alg.hnet.state_dict()
+    task, result = _first_update(engine, cfg, evaluate=True)
+    hnet_state = engine.algorithm.hnet.state_dict()
     assert set(result.upload) == set(hnet_state)
     assert {k: v.shape for k, v in result.upload.items()} == {
         k: v.shape for k, v in hnet_state.items()
@@ -134,12 +139,7 @@ def test_step_two_clips_the_hypernetwork_and_the_embedding_apart(data_root: Path
             "max_grad_norm": clip,
         },
     )
-    engine = build_engine(cfg)
-    alg, data = engine.algorithm, engine.data
-    alg.begin_round(1, [0])
-    task = ClientTask(0, 1, alg.broadcast(1, 0), engine.client_states[0], False, cfg.seed)
-    cdata = ClientData(0, data.client_train(0), data.client_test(0), data.info)
-    result = alg.local_update(cdata, task, client_generator(cfg.seed, 1, 0))
+    task, result = _first_update(build_engine(cfg), cfg, evaluate=False)
     moved_h = sum(
         float((result.upload[k] - v).double().pow(2).sum()) for k, v in task.payload.items()
     )
