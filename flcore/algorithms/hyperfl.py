@@ -32,9 +32,12 @@ the heads, ``head_init_scale: 1``) the generated FMNIST extractor starts with we
 layer turns off for every client's embedding (``W1 v + b1 < 0``). From then on the generated
 extractor is the heads' biases alone, the same for every client, and neither the embeddings nor
 the body receive gradient: HyperFL trains as a shared extractor with private heads. It still
-reaches 87.8% at round 50 on the 20-client FMNIST setup. ``head_init_scale: 0.1`` keeps ~40 of
-the 128 units alive (4-client check, 6 rounds) and lowers the first loss from ~30 to ~1; it is
-an option, not the default, until it is measured over a full run. Whether the authors' runs
+reaches 87.8% at round 50 on the 20-client FMNIST setup, but the server then knows the
+extractor (the heads' biases) and the upload carries its gradient: IG recovers records at 16.5
+dB on average (BENCHMARKS.md, Table 3), where a live generator gives 8.4 dB.
+``head_init_scale: 0.1`` keeps ~40 of the 128 units alive (4-client check, 6 rounds) and lowers
+the first loss from ~30 to ~1; it is an option, not the default, until it is measured over a
+full run. Whether the authors' runs
 collapse the same way is not known to us.
 """
 
