@@ -37,8 +37,7 @@ extractor (the heads' biases) and the upload carries its gradient: IG recovers r
 dB on average (BENCHMARKS.md, Table 3), where a live generator gives 8.4 dB.
 ``head_init_scale: 0.1`` keeps ~40 of the 128 units alive (4-client check, 6 rounds) and lowers
 the first loss from ~30 to ~1; it is an option, not the default, until it is measured over a
-full run. Whether the authors' runs
-collapse the same way is not known to us.
+full run. Whether the authors' runs collapse the same way is not known to us.
 """
 
 from __future__ import annotations
