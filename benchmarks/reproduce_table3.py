@@ -116,6 +116,17 @@ def _gradient_check(engine, evaluator, task) -> list[dict]:  # type: ignore[no-u
     return rows
 
 
+def _restored(method: str, extra: list[str], spec: dict, ckpt: Path | str):  # type: ignore[no-untyped-def,type-arg]
+    """The run restored from ``ckpt`` with the evaluation ``spec``, and what the engine hands
+    the attacked client at the start of the attacked round (that round itself need not train)."""
+    cfg = _config(method, extra + [f"attack={json.dumps(spec)}"])
+    engine = build_engine(cfg, data=build_data(cfg))
+    engine.load_checkpoint(ckpt)
+    alg, cid, r = engine.algorithm, spec["clients"][0], spec["rounds"][0]
+    alg.begin_round(r, [cid])
+    return engine, ClientTask(cid, r, alg.broadcast(r, cid), engine.client_states[cid], False, 0)
+
+
 def _recheck(method: str, cached: dict, args: argparse.Namespace) -> list[dict]:  # type: ignore[type-arg]
     """The per-record gradient check of an attack result saved without it (no new attack:
     the same records are replayed; their PSNRs are not known here, only the mean)."""
@@ -128,12 +139,7 @@ def _recheck(method: str, cached: dict, args: argparse.Namespace) -> list[dict]:
         "iterations": 1,
         "labels": "given",
     }
-    cfg = _config(method, extra + [f"attack={json.dumps(spec)}"])
-    engine = build_engine(cfg, data=build_data(cfg))
-    engine.load_checkpoint(cached["checkpoint"])
-    alg, cid, r = engine.algorithm, cached["client"], cached["round"]
-    alg.begin_round(r, [cid])
-    task = ClientTask(cid, r, alg.broadcast(r, cid), engine.client_states[cid], False, 0)
+    engine, task = _restored(method, extra, spec, cached["checkpoint"])
     rows = _gradient_check(engine, engine.probes[0], task)
     return [{k: v for k, v in row.items() if k != "psnr"} for row in rows]
 
@@ -167,17 +173,9 @@ def attack_one(method: str, attack: str, args: argparse.Namespace) -> dict:  # t
         "iterations": args.iterations,
         "labels": "given",
     }
-    cfg = _config(method, extra + [f"attack={json.dumps(spec)}"])
-    engine = build_engine(cfg, data=build_data(cfg))
-    engine.load_checkpoint(ckpt)
+    engine, task = _restored(method, extra, spec, ckpt)
     evaluator = engine.probes[0]
     start = time.perf_counter()
-    # what the engine hands the client at the start of round R+1 (round R+1 itself need not train)
-    alg, cid = engine.algorithm, args.client
-    alg.begin_round(attacked, [cid])
-    task = ClientTask(
-        cid, attacked, alg.broadcast(attacked, cid), engine.client_states[cid], False, 0
-    )
     evaluator.before_round(engine, attacked, [task])
     summary = evaluator.summary(engine)
     per_record = _gradient_check(engine, evaluator, task)
