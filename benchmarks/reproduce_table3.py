@@ -10,7 +10,9 @@ lr 0.1 decayed x0.1 at 3/8, 5/8, 7/8, TV 1e-6, signed, boxed; the labels given, 
 assumes) and, for HyperFL, with the tailored attack too. Scores are per record on de-normalised
 images, then averaged: PSNR, SSIM and LPIPS (null here: no AlexNet weights offline).
 
-Each attack's result is written to ``OUT3/<attack>-<method>.json`` with its image grid beside it
+A method is an algorithm (its plain run) or a variant named in ``RUNS`` (the DP baselines' paper
+protocol; HyperFL with ``head_init_scale: 0.1``). Each attack's result is written to
+``OUT3/<attack>-<method>.json`` with its image grid beside it
 (``.png``); an existing result is reused, so the script can run in pieces. The whole table
 prints as one JSON object.
 
@@ -31,16 +33,28 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _machine import machine  # noqa: E402
 
 from analysis.paper import ATTACK  # noqa: E402
-from flcore.algorithms import ClientTask  # noqa: E402
+from flcore.algorithms import ALGORITHMS, ClientTask  # noqa: E402
 from flcore.config import load_config  # noqa: E402
 from flcore.experiment import build_data, build_engine  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-#: the Table 1 runs whose checkpoints are attacked (the DP baselines' paper protocol)
+#: the Table 1 runs whose checkpoints are attacked, by the name ``--methods`` takes: (algorithm,
+#: run folder, config overrides). A method not listed is its algorithm's plain run
+#: (``<method>-20-s0``); a variant is a ``reproduce_table1.py --label`` run.
 RUNS = {
-    "ppsgd": ("ppsgd-paper-protocol-20-s0", ["algorithm_params.personal_dp=false"]),
-    "centaur": ("centaur-paper-protocol-20-s0", ["algorithm_params.personal_dp=false"]),
+    "ppsgd": ("ppsgd", "ppsgd-paper-protocol-20-s0", ["algorithm_params.personal_dp=false"]),
+    "centaur": ("centaur", "centaur-paper-protocol-20-s0", ["algorithm_params.personal_dp=false"]),
+    "hyperfl-head-init-0.1": (
+        "hyperfl",
+        "hyperfl-head-init-0.1-20-s0",
+        ["algorithm_params.head_init_scale=0.1"],
+    ),
 }
+
+
+def _run(method: str) -> tuple[str, str, list[str]]:
+    """(algorithm, run folder, overrides) of a ``--methods`` name."""
+    return RUNS.get(method, (method, f"{method}-20-s0", []))
 
 
 #: what a re-check keeps of a saved record (the attack's own scores)
@@ -130,7 +144,7 @@ def _restored(method: str, extra: list[str], spec: dict, ckpt: Path | str):  # t
 def _recheck(method: str, cached: dict, args: argparse.Namespace) -> list[dict]:  # type: ignore[type-arg]
     """The per-record gradient check of an attack result saved without it (no new attack:
     the same records are replayed; their PSNRs are not known here, only the mean)."""
-    run, extra = RUNS.get(method, (f"{method}-20-s0", []))
+    algorithm, _, extra = _run(method)
     spec = {
         "name": cached["attack"],
         "rounds": [cached["round"]],
@@ -139,7 +153,7 @@ def _recheck(method: str, cached: dict, args: argparse.Namespace) -> list[dict]:
         "iterations": 1,
         "labels": "given",
     }
-    engine, task = _restored(method, extra, spec, cached["checkpoint"])
+    engine, task = _restored(algorithm, extra, spec, cached["checkpoint"])
     rows = _gradient_check(engine, engine.probes[0], task)
     return [{k: v for k, v in row.items() if k != "psnr"} for row in rows]
 
@@ -156,7 +170,7 @@ def attack_one(method: str, attack: str, args: argparse.Namespace) -> dict:  # t
             ]
             out.write_text(json.dumps(cached, indent=1))
         return cached
-    run, extra = RUNS.get(method, (f"{method}-20-s0", []))
+    algorithm, run, extra = _run(method)
     ckpt = _checkpoint(Path(args.table1) / run, args.round)
     if ckpt is None:
         return {
@@ -173,7 +187,7 @@ def attack_one(method: str, attack: str, args: argparse.Namespace) -> dict:  # t
         "iterations": args.iterations,
         "labels": "given",
     }
-    engine, task = _restored(method, extra, spec, ckpt)
+    engine, task = _restored(algorithm, extra, spec, ckpt)
     evaluator = engine.probes[0]
     start = time.perf_counter()
     evaluator.before_round(engine, attacked, [task])
@@ -193,7 +207,7 @@ def attack_one(method: str, attack: str, args: argparse.Namespace) -> dict:  # t
             captions=caps,
         )
     # the paper has no FMNIST attack figures: EMNIST's, the closest (grey 28x28), beside ours
-    paper = ATTACK["emnist"].get(method) if attack == "ig" else None
+    paper = ATTACK["emnist"].get(algorithm) if attack == "ig" else None
     result = {
         "method": method,
         "attack": attack,
@@ -231,9 +245,14 @@ def main() -> None:
     )
     args = ap.parse_args()
     torch.set_num_threads(1)
-    jobs = [(m, "ig") for m in args.methods]
-    if args.tailored and "hyperfl" in args.methods:  # the cheap one first (IG on HyperFL: ~1 h)
-        jobs.insert(jobs.index(("hyperfl", "ig")), ("hyperfl", "hyperfl_tailored"))
+    unknown = [m for m in args.methods if _run(m)[0] not in ALGORITHMS.names()]
+    if unknown:
+        ap.error(f"unknown methods {unknown}; an algorithm or one of {sorted(RUNS)}")
+    jobs = []
+    for m in args.methods:  # on HyperFL the tailored attack first: the cheap one (IG: ~1 h)
+        if args.tailored and _run(m)[0] == "hyperfl":
+            jobs.append((m, "hyperfl_tailored"))
+        jobs.append((m, "ig"))
     rows = [attack_one(m, a, args) for m, a in jobs]
     print(json.dumps({"machine": machine(), "results": rows}, indent=1))
 
