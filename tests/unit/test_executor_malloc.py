@@ -17,24 +17,33 @@ glibc = pytest.mark.skipif(
     reason="mallopt thresholds are glibc's",
 )
 
-# Page faults per training step of the FMNIST CNN (batch 50), steps 6-25, in a fresh process.
+
+def faults_per_step(x: torch.Tensor, y: torch.Tensor) -> float:
+    """Minor page faults per SGD step of the FMNIST CNN on (x, y), over steps 6-25."""
+    import resource
+
+    from flcore.models import build_model
+
+    model = build_model("cnn_fmnist", num_classes=10, in_channels=1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)
+    for step in range(25):
+        if step == 5:
+            start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start) / 20
+
+
+# the same steps in a fresh process (its allocator untouched by this one's history)
 FAULTS = """
-import resource, sys, torch
+import sys, torch
 torch.set_num_threads(1)
 from flcore.executor import tune_malloc
-from flcore.models import build_model
+from tests.unit.test_executor_malloc import faults_per_step
 if sys.argv[1] == "tuned":
     assert tune_malloc()
-x, y = torch.load(sys.argv[2])
-model = build_model("cnn_fmnist", num_classes=10, in_channels=1)
-opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)
-for step in range(25):
-    if step == 5:
-        start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    opt.zero_grad()
-    torch.nn.functional.cross_entropy(model(x), y).backward()
-    opt.step()
-print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start) / 20)
+print(faults_per_step(*torch.load(sys.argv[2])))
 """
 
 
@@ -45,6 +54,7 @@ def _faults_per_step(mode: str, batch: Path) -> float:
         text=True,
         timeout=120,
         check=True,
+        cwd=Path(__file__).parents[2],  # the repository root: ``tests`` imports from there
     )
     return float(out.stdout.strip().splitlines()[-1])
 
@@ -63,25 +73,13 @@ def test_tuned_allocator_reuses_activation_buffers(fmnist, tmp_path: Path) -> No
 
 def _worker_faults_per_step() -> float:
     """Runs in a pool worker: page faults per training step on client 0's real records."""
-    import resource
-
     from flcore import executor
     from flcore.data import normalize
-    from flcore.models import build_model
 
     fed = executor._W_FED  # noqa: SLF001 (the worker's dataset, received in shared memory)
     assert fed is not None
     data = fed.client_train(0)
-    x, y = normalize(data.images[:50], fed.info), data.labels[:50]
-    model = build_model("cnn_fmnist", num_classes=10, in_channels=1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)
-    for step in range(25):
-        if step == 5:
-            start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start) / 20
+    return faults_per_step(normalize(data.images[:50], fed.info), data.labels[:50])
 
 
 @glibc
