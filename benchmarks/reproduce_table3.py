@@ -61,11 +61,11 @@ def _run(method: str) -> tuple[str, str, list[str]]:
 KEPT = ("psnr", "ssim", "embedding_cosine")
 
 
-def _config(method: str, extra: list[str]):  # type: ignore[no-untyped-def]
+def _config(algorithm: str, extra: list[str]):  # type: ignore[no-untyped-def]
     over = ["seed=0", "workers=1", *extra]
-    if method == "pfedhn":
+    if algorithm == "pfedhn":
         return load_config(REPO / "sweeps/configs/fedavg_fmnist.yaml", ["algorithm=pfedhn", *over])
-    return load_config(REPO / f"sweeps/configs/{method}_fmnist.yaml", over)
+    return load_config(REPO / f"sweeps/configs/{algorithm}_fmnist.yaml", over)
 
 
 def _checkpoint(run_dir: Path, round: int) -> Path | None:
@@ -130,10 +130,10 @@ def _gradient_check(engine, evaluator, task) -> list[dict]:  # type: ignore[no-u
     return rows
 
 
-def _restored(method: str, extra: list[str], spec: dict, ckpt: Path | str):  # type: ignore[no-untyped-def,type-arg]
+def _restored(algorithm: str, extra: list[str], spec: dict, ckpt: Path | str):  # type: ignore[no-untyped-def,type-arg]
     """The run restored from ``ckpt`` with the evaluation ``spec``, and what the engine hands
     the attacked client at the start of the attacked round (that round itself need not train)."""
-    cfg = _config(method, extra + [f"attack={json.dumps(spec)}"])
+    cfg = _config(algorithm, extra + [f"attack={json.dumps(spec)}"])
     engine = build_engine(cfg, data=build_data(cfg))
     engine.load_checkpoint(ckpt)
     alg, cid, r = engine.algorithm, spec["clients"][0], spec["rounds"][0]
