@@ -158,9 +158,11 @@ def accuracy_comparison(runs: pd.DataFrame) -> pd.DataFrame:
     """Our final accuracy (%) beside Table 1's, for the finished runs in a Table 1 setting.
 
     One row per (setting, algorithm): ``setting``, ``algorithm``, ``runs``, ``ours`` (mean over
-    runs), ``ours_std`` (over runs; NaN for one run), ``paper``. Empty when no run matches.
+    runs of ``accuracy``, after local training), ``ours_std`` (over runs; NaN for one run),
+    ``ours_before`` (mean of ``accuracy_before``, the models the clients start the last round
+    with; NaN where no run logged it), ``paper``. Empty when no run matches.
     """
-    rows: dict[tuple[str, str], list[float]] = {}
+    rows: dict[tuple[str, str], list[tuple[float, float]]] = {}
     paper: dict[tuple[str, str], float] = {}
     for _, row in _finished(runs).iterrows():
         params = _params(row)
@@ -169,14 +171,15 @@ def accuracy_comparison(runs: pd.DataFrame) -> pd.DataFrame:
         if figure is None or accuracy is None or pd.isna(accuracy):
             continue
         key = (setting_of(params).describe(), str(params["algorithm"]))  # type: ignore[union-attr]
-        rows.setdefault(key, []).append(100.0 * float(accuracy))
+        before = pd.to_numeric(row.get("accuracy_before"), errors="coerce")
+        rows.setdefault(key, []).append((100.0 * float(accuracy), 100.0 * float(before)))
         paper[key] = figure
-    columns = ["setting", "algorithm", "runs", "ours", "ours_std", "paper"]
-    out = [
-        (s, a, len(v), float(pd.Series(v).mean()), float(pd.Series(v).std(ddof=1)), paper[(s, a)])
-        for (s, a), v in sorted(rows.items())
-    ]
-    return pd.DataFrame(out, columns=columns)
+    columns = ["setting", "algorithm", "runs", "ours", "ours_std", "ours_before", "paper"]
+    out = []
+    for (s, a), v in sorted(rows.items()):
+        after, before = pd.Series([x for x, _ in v]), pd.Series([y for _, y in v])
+        out.append((s, a, len(v), after.mean(), after.std(ddof=1), before.mean(), paper[(s, a)]))
+    return pd.DataFrame(out, columns=columns).astype({c: float for c in columns[3:]})
 
 
 def attack_comparison(runs: pd.DataFrame) -> pd.DataFrame:

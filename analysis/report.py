@@ -181,6 +181,7 @@ def _paper_section(runs: pd.DataFrame) -> dict[str, Any]:
                 str(r["runs"]),
                 fmt(r["ours"])
                 + ("" if math.isnan(r["ours_std"]) else f" ± {fmt(r['ours_std'], 2)}"),
+                "-" if math.isnan(r["ours_before"]) else fmt(r["ours_before"]),
                 fmt(r["paper"]),
             ]
             for r in acc.to_dict("records")

@@ -7,9 +7,11 @@ Runs each method's config from sweeps/configs/ (HyperFL's setup: 200 rounds, dom
 checkpoint.pt``; a later invocation with the same OUT resumes each run where it stopped (and
 skips finished ones), so a CPU can do it in chunks (``--max-minutes`` stops cleanly after the
 next checkpoint past that budget). Each run's per-round metrics go to ``metrics.jsonl`` beside
-its checkpoint; the round-50 checkpoint is also kept as ``checkpoint-r50.pt`` (``--keep``) for
-``reproduce_table3.py``. The result is one JSON object on stdout: per run, the rounds done, the
-last evaluated ``accuracy``, the wall seconds spent so far, and the paper's figure.
+its checkpoint (``accuracy`` after local training and ``accuracy_before``, the models the
+clients start the round with: the authors' code measures both); the round-50 checkpoint is
+also kept as ``checkpoint-r50.pt`` (``--keep``) for ``reproduce_table3.py``. The result is one
+JSON object on stdout: per run, the rounds done, the last evaluated accuracies, the epsilon
+spent, the wall seconds spent so far, and the paper's figure.
 
     .venv/bin/python benchmarks/reproduce_table1.py --methods fedavg hyperfl --clients 20 \\
         --seeds 0 --out benchmarks/out/table1 --max-minutes 50
@@ -90,6 +92,9 @@ def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, dead
         "rounds_done": engine.round,
         "rounds": engine.rounds,
         "accuracy": summary.get("accuracy"),
+        "accuracy_before": summary.get("accuracy_before"),
+        "global_accuracy": summary.get("global_accuracy"),
+        "epsilon": summary.get("epsilon"),
         "paper": paper,
         "seconds": round(spent, 1),
     }

@@ -27,9 +27,11 @@ class RunInfo:
 class RoundResult:
     """One round's metrics. ``metrics`` values are floats, or None where not measured this round.
 
-    Keys always present: ``round``, ``clients``, ``train_loss``, ``accuracy``, ``global_accuracy``,
-    ``round_bytes_up``, ``round_bytes_down``, ``round_seconds``, ``bytes_up``, ``bytes_down``,
-    ``seconds`` (the last three cumulative over the run), and the algorithm's privacy metrics
+    Keys always present: ``round``, ``clients``, ``train_loss``, ``accuracy`` (after local
+    training), ``accuracy_before`` (the models the clients started the round with),
+    ``global_accuracy``, ``round_bytes_up``, ``round_bytes_down``, ``round_seconds``,
+    ``bytes_up``, ``bytes_down``, ``seconds`` (the last three cumulative over the run), and the
+    algorithm's privacy metrics
     (``epsilon``: inf without a DP mechanism, 0 for an algorithm that uploads nothing).
     """
 

@@ -23,9 +23,13 @@ from flcore.callbacks import Callback, CallbackList, RoundResult, RunInfo
 from flcore.data import FederatedData
 from flcore.executor import AlgorithmFactory, make_executor
 
-__all__ = ["Engine", "CHECKPOINT_VERSION"]
+__all__ = ["Engine", "CHECKPOINT_VERSION", "CLIENT_ACCURACIES"]
 
 CHECKPOINT_VERSION = 1
+
+#: per-client test accuracies, averaged over a round's clients on evaluation rounds: after local
+#: training, and of the model each client starts the round with (Algorithm.client_eval)
+CLIENT_ACCURACIES = ("accuracy", "accuracy_before")
 
 
 def _mean(values: list[float]) -> float | None:
@@ -141,15 +145,17 @@ class Engine:
         for probe in self.probes:
             probe.before_round(self, r, tasks)
         probe_seconds = time.perf_counter() - probe_start
-        bytes_up, losses, accs, client_s = 0, [], [], []
+        bytes_up, losses, client_s = 0, [], []
+        accs: dict[str, list[float]] = {k: [] for k in CLIENT_ACCURACIES}
         for res in executor.map(tasks):
             bytes_up += tensor_bytes(res.upload)
             self.client_states[res.client_id] = res.state
             alg.accumulate(res)
             losses.append(res.metrics.get("train_loss", math.nan))
             client_s.append(res.metrics.get("client_seconds", math.nan))
-            if "accuracy" in res.metrics:
-                accs.append(res.metrics["accuracy"])
+            for key, values in accs.items():
+                if key in res.metrics:
+                    values.append(res.metrics[key])
         alg.end_round(r)
         global_acc = None
         if evaluate_now:
@@ -169,7 +175,7 @@ class Engine:
             "round": float(r),
             "clients": float(len(ids)),
             "train_loss": _mean(losses),
-            "accuracy": _mean(accs) if evaluate_now else None,
+            **{k: _mean(v) if evaluate_now else None for k, v in accs.items()},
             "global_accuracy": global_acc,
             "round_bytes_up": float(bytes_up),
             "round_bytes_down": float(bytes_down),
@@ -187,11 +193,11 @@ class Engine:
     def summary(self) -> dict[str, Any]:
         """Final metrics: the last evaluated round's accuracies and the cumulative totals."""
         last_eval = next((h for h in reversed(self.history) if h.evaluated), None)
-        acc = last_eval.metrics["accuracy"] if last_eval else None
-        gacc = last_eval.metrics["global_accuracy"] if last_eval else None
         out = {
-            "accuracy": acc,
-            "global_accuracy": gacc,
+            **{
+                k: last_eval.metrics.get(k) if last_eval else None
+                for k in (*CLIENT_ACCURACIES, "global_accuracy")
+            },
             "rounds": self.round,
             **self.totals,
             **self.algorithm.privacy_metrics(),

@@ -789,6 +789,7 @@ def _print_summary(result: dict[str, Any]) -> None:
         "algorithm",
         "dataset",
         "accuracy",
+        "accuracy_before",
         "global_accuracy",
         "rounds",
         "seconds",

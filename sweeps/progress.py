@@ -54,6 +54,7 @@ class ProgressCallback(Callback):
                 m = result.metrics
                 self.console.print(
                     f"round {result.round}/{self._rounds}  accuracy {self._acc}  "
+                    f"accuracy_before {_fmt(m.get('accuracy_before'))}  "
                     f"global_accuracy {_fmt(m.get('global_accuracy'))}  "
                     f"round_seconds {_fmt(m.get('round_seconds'), 2)}",
                     highlight=False,

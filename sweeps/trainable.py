@@ -34,6 +34,7 @@ __all__ = ["FLTrainable", "trial_experiment_config", "REPORTED"]
 #: metrics every report carries (plus objectives' ``missing`` fill-ins and ``*_std``)
 REPORTED = (
     "accuracy",
+    "accuracy_before",
     "global_accuracy",
     "train_loss",
     "bytes_up",

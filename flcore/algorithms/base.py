@@ -121,7 +121,8 @@ class ClientResult:
     Attributes:
         upload: exactly the tensors that leave the client (counted in ``bytes_up``).
         state: the client's private state, kept by the engine on its behalf; never aggregated.
-        metrics: scalars such as ``train_loss`` and, on evaluation rounds, ``accuracy``.
+        metrics: scalars such as ``train_loss`` and, on evaluation rounds, ``accuracy`` and
+            ``accuracy_before`` (see :meth:`Algorithm.client_eval`).
     """
 
     client_id: int
@@ -168,6 +169,7 @@ class Algorithm(ABC):
     reports: ClassVar[frozenset[str]] = frozenset(
         {
             "accuracy",
+            "accuracy_before",
             "global_accuracy",
             "train_loss",
             "bytes_up",
@@ -354,6 +356,25 @@ class Algorithm(ABC):
             device=self.device,
             **hooks,
         )
+
+    def client_eval(
+        self, task: ClientTask, model: nn.Module, data: ClientData, *, before: bool = False
+    ) -> dict[str, float]:
+        """On an evaluation round, ``model`` on the client's own test set; ``{}`` otherwise.
+
+        Every ``local_update`` calls it twice: with ``before=True`` on the model the client
+        starts the round with (what it received, completed by its private parts), giving
+        ``accuracy_before``, and after local training, giving ``accuracy`` and ``test_loss``.
+        HyperFL's authors' code measures both (their ``acc1`` and ``acc2``); for FedAvg the
+        first is the global model on the client's distribution. Evaluation draws no random
+        numbers and leaves training bitwise unchanged (a contract check).
+        """
+        if not task.evaluate:
+            return {}
+        from flcore.algorithms.training import evaluate
+
+        acc, loss = evaluate(model, data.test, data.info, device=self.device)
+        return {"accuracy_before": acc} if before else {"accuracy": acc, "test_loss": loss}
 
     @abstractmethod
     def local_update(

@@ -29,8 +29,8 @@ Deviations, stated:
   representation analysis; every client starts from the seeded initial network, as in the other
   deep baselines.
 - ``accuracy`` is the personalized model (``phi`` after local training, then ``h_i``) on the
-  client's own test set, as for every method here. There is no global classifier, so
-  ``global_accuracy`` is null.
+  client's own test set, as for every method here; ``accuracy_before`` is the received ``phi``
+  with last round's ``h_i``. There is no global classifier, so ``global_accuracy`` is null.
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ from flcore.algorithms.base import (
     seeded,
 )
 from flcore.algorithms.fedavg import FedAvg
-from flcore.algorithms.training import evaluate
 
 __all__ = ["Centaur"]
 
@@ -115,6 +114,7 @@ class Centaur(FedAvg):
     ) -> ClientResult:
         model = self.client_model()
         model.load_state_dict({**task.payload, **task.state})
+        before = self.client_eval(task, model, data, before=True)
         p = self.params
         assert isinstance(p, CentaurParams)
         loss = float("nan")
@@ -135,11 +135,8 @@ class Centaur(FedAvg):
             loss = self.train_local(model, data, generator)
         finally:
             model.requires_grad_(True)
-        metrics: dict[str, Any] = {"train_loss": loss}
-        if task.evaluate:
-            metrics["accuracy"], metrics["test_loss"] = evaluate(
-                model, data.test, data.info, device=self.device
-            )
+        metrics: dict[str, Any] = {"train_loss": loss, **before}
+        metrics |= self.client_eval(task, model, data)
         state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         upload = {k: v for k, v in state.items() if k.startswith("features.")}
         head = {k: v for k, v in state.items() if k.startswith("head.")}

@@ -9,7 +9,8 @@ its own data, and uploads w_i^{t+1}; the server sets
 Setup follows HyperFL's baseline (Guo et al., AAAI 2025, appendix D.1, and the authors' code):
 SGD with momentum 0.5 and weight decay 5e-4, a fresh optimizer every round, batch 50, 5 epochs.
 The client uploads its whole model (weights, not deltas); ``accuracy`` is that model on the
-client's own test set right after local training, as in the authors' evaluation.
+client's own test set right after local training, and ``accuracy_before`` the global model it
+received on the same test set (the authors' code measures both: their ``acc2`` and ``acc1``).
 
 Privacy is a hook, not a copy: with ``privacy.mechanism: dpsgd`` local training runs DP-SGD
 (flcore.privacy.dpsgd) and the server keeps each client's accountant (ISRL-DP); with
@@ -38,7 +39,6 @@ from flcore.algorithms.base import (
     ClientTask,
     seeded,
 )
-from flcore.algorithms.training import evaluate
 from flcore.errors import ConfigError
 from flcore.privacy.client_level import ClientLevelDP
 from flcore.privacy.dpsgd import DPSGD
@@ -218,12 +218,9 @@ class FedAvg(Algorithm):
     ) -> ClientResult:
         model = self.client_model()
         model.load_state_dict(self.starting_weights(task), strict=False)
-        loss = self.train_local(model, data, generator)
-        metrics = {"train_loss": loss}
-        if task.evaluate:
-            metrics["accuracy"], metrics["test_loss"] = evaluate(
-                model, data.test, data.info, device=self.device
-            )
+        metrics = self.client_eval(task, model, data, before=True)
+        metrics["train_loss"] = self.train_local(model, data, generator)
+        metrics |= self.client_eval(task, model, data)
         keys = self.trainable_keys(model)
         state = model.state_dict()
         weights = {

@@ -20,7 +20,9 @@ CNN). Every client's embedding starts at the same value (one seeded draw from N(
 heads start from the same seeded initial network as the other methods'.
 
 ``accuracy`` is the client's personalized model (generated extractor + its head) on its own test
-set right after local training. There is no global classifier, so ``global_accuracy`` is null.
+set right after local training; ``accuracy_before`` is the model it starts the round with (the
+received hypernetwork, its embedding and its head), as the authors' ``acc0``. There is no global
+classifier, so ``global_accuracy`` is null.
 :meth:`HyperFL.client_embeddings` gives the learned embeddings (paper Figure 8).
 
 Deviation, stated: the embedding's initial value is our choice (the paper says only that all
@@ -64,7 +66,7 @@ from flcore.algorithms.base import (
     ClientTask,
     seeded,
 )
-from flcore.algorithms.training import evaluate, standard_backward
+from flcore.algorithms.training import standard_backward
 from flcore.models.base import SplitModel
 from flcore.models.hypernet import HyperNetwork
 
@@ -205,10 +207,13 @@ class HyperFL(Algorithm):
                 for k, w in hnet(embedding).items():
                     model.features.get_parameter(k).copy_(w)
 
+        # the received hypernetwork with the client's own embedding and head, before training
+        if p.head_epochs or task.evaluate:
+            generate()
+        metrics: dict[str, float] = self.client_eval(task, model, data, before=True)
         # step 1: the classifier, on the generated (fixed) extractor
         loss = float("nan")
         if p.head_epochs:
-            generate()
             flags = {k: q.requires_grad for k, q in model.features.named_parameters()}
             model.features.requires_grad_(False)
             head_opt = self.local_optimizer(model.head.parameters(), lr=p.head_lr)
@@ -236,12 +241,10 @@ class HyperFL(Algorithm):
             backward=backward,
         )
         model.head.requires_grad_(True)
-        metrics: dict[str, float] = {"train_loss": loss}
+        metrics["train_loss"] = loss
         if task.evaluate:
             generate()
-            metrics["accuracy"], metrics["test_loss"] = evaluate(
-                model, data.test, data.info, device=self.device
-            )
+            metrics |= self.client_eval(task, model, data)
         upload = {k: v.detach().to("cpu", copy=True) for k, v in hnet.state_dict().items()}
         state = {"embedding": embedding.detach().to("cpu", copy=True)} | {
             f"head.{k}": v.detach().to("cpu", copy=True) for k, v in model.head.state_dict().items()

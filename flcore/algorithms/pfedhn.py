@@ -33,8 +33,9 @@ Deviations, stated:
 - Local training is the configured one (HyperFL's setup: 5 epochs, batch 50, SGD lr 0.01,
   momentum 0.5), the same for every method, rather than the paper's inner steps.
 
-``accuracy`` is each client's locally trained model on its own test set. There is no global
-model (each client's model is generated for it), so ``global_accuracy`` is null.
+``accuracy`` is each client's locally trained model on its own test set; ``accuracy_before``
+is the model the server generated for it (what pFedHN's own evaluation scores). There is no
+global model (each client's model is generated for it), so ``global_accuracy`` is null.
 ``pfedhn_pc`` (pfedhn_pc.py) generates only the feature extractor and keeps a personal
 classifier on each client.
 """
@@ -58,7 +59,6 @@ from flcore.algorithms.base import (
     ClientTask,
     seeded,
 )
-from flcore.algorithms.training import evaluate
 from flcore.models.hypernet import HyperNetwork
 
 __all__ = ["PFedHN"]
@@ -227,13 +227,12 @@ class PFedHN(Algorithm):
         model = self._client_model
         start = {k: v.to(self.device) for k, v in task.payload.items()}
         model.load_state_dict(start | (task.state or {}))
+        metrics = self.client_eval(task, model, data, before=True)  # the generated model
         opt = self.local_optimizer(model.parameters())
-        loss = self.run_epochs(model, data, opt, generator, max_grad_norm=self.params.max_grad_norm)
-        metrics = {"train_loss": loss}
-        if task.evaluate:
-            metrics["accuracy"], metrics["test_loss"] = evaluate(
-                model, data.test, data.info, device=self.device
-            )
+        metrics["train_loss"] = self.run_epochs(
+            model, data, opt, generator, max_grad_norm=self.params.max_grad_norm
+        )
+        metrics |= self.client_eval(task, model, data)
         trained = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         delta = {k: trained[k] - task.payload[k].cpu() for k in task.payload}
         head = {k: v for k, v in trained.items() if k.startswith("head.")}

@@ -51,7 +51,6 @@ from flcore.algorithms.base import (
     ClientTask,
 )
 from flcore.algorithms.fedavg import FedAvg
-from flcore.algorithms.training import evaluate
 from flcore.privacy.dpsgd import DPSGD
 
 __all__ = ["PPSGD"]
@@ -173,16 +172,15 @@ class PPSGD(FedAvg):
         p = self.params
         assert isinstance(p, PPSGDParams)
         step = _AdditiveStep(model, w, task.state, self.local_optimizer, p.alpha)
+        # the personalized model w + theta_i, before and after training
+        metrics = self.client_eval(task, model, data, before=True)
         if p.personal_dp:
             loss = self.train_local(model, data, generator, optimizer=step)
         else:
             hooks = self._clean_then_private(step, len(data.train), generator)
             loss = self.run_epochs(model, data, step, generator, **hooks)
-        metrics = {"train_loss": loss}
-        if task.evaluate:  # the personalized model w + theta_i, on the client's test set
-            metrics["accuracy"], metrics["test_loss"] = evaluate(
-                model, data.test, data.info, device=self.device
-            )
+        metrics["train_loss"] = loss
+        metrics |= self.client_eval(task, model, data)
         upload = {k: v.detach().to("cpu", copy=True) for k, v in task.payload.items()}
         for k, v in step.w.items():
             upload[k] = v.detach().to("cpu", copy=True)

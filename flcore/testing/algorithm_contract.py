@@ -11,6 +11,9 @@ to register itself to be held to them.
    (as in a spawned worker), given only the task the server built.
 5. Reports: every metric in ``reports`` is measured on an evaluation round, and
    ``global_accuracy`` is None exactly when the algorithm does not report it.
+6. Evaluation is passive: the same client round with and without evaluation gives bitwise
+   the same upload and private state (the before- and after-training evaluations draw no
+   random numbers and touch no weights), and accuracies appear only when asked for.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ __all__ = [
     "check_uploads",
     "check_worker_safety",
     "check_reports",
+    "check_evaluation_is_passive",
 ]
 
 
@@ -140,3 +144,15 @@ def check_reports(cfg: ExperimentConfig, data: FederatedData) -> None:
         assert last.metrics.get(name) is not None, f"{name} is declared but not measured"
     if "global_accuracy" not in reports:
         assert last.metrics["global_accuracy"] is None
+
+
+def check_evaluation_is_passive(cfg: ExperimentConfig, data: FederatedData) -> None:
+    server = build_engine(cfg, data=data)
+    cdata, task = _one_task(server)
+    quiet = ClientTask(task.client_id, task.round, task.payload, task.state, False, task.seed)
+    a = server.factory().local_update(cdata, task, client_generator(cfg.seed, 1, 0))
+    b = server.factory().local_update(cdata, quiet, client_generator(cfg.seed, 1, 0))
+    assert _state_equal(a.upload, b.upload), "evaluating changed the upload"
+    assert _state_equal(a.state, b.state), "evaluating changed the client's private state"
+    assert {"accuracy", "accuracy_before"} <= a.metrics.keys()
+    assert not {"accuracy", "accuracy_before"} & b.metrics.keys()

@@ -79,3 +79,9 @@ def test_local_update_runs_in_a_fresh_worker(algorithm: str, small) -> None:  # 
 def test_declared_reports_are_measured(algorithm: str, small) -> None:  # type: ignore[no-untyped-def]
     raw, data = small
     contract.check_reports(_cfg(raw, algorithm), data)
+
+
+@pytest.mark.parametrize("algorithm", ALL)
+def test_evaluation_leaves_training_unchanged(algorithm: str, small) -> None:  # type: ignore[no-untyped-def]
+    raw, data = small
+    contract.check_evaluation_is_passive(_cfg(raw, algorithm), data)

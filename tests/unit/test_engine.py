@@ -149,3 +149,52 @@ def test_epsilon_is_inf_without_dp_and_zero_for_local(tiny_config: dict) -> None
     assert rec.rounds[0].metrics["epsilon"] == math.inf and rec.summary["epsilon"] == math.inf
     rec, _ = _run(tiny_config, rounds=1, algorithm="local")
     assert rec.rounds[0].metrics["epsilon"] == 0.0 and rec.summary["epsilon"] == 0.0
+
+
+class _GlobalAfterRound(Callback):
+    """Keeps a copy of the global model after each round."""
+
+    def __init__(self, engine_ref: list) -> None:
+        self.engine_ref = engine_ref
+        self.models: list[dict[str, torch.Tensor]] = []
+
+    def on_round_end(self, result: RoundResult) -> None:
+        model = self.engine_ref[0].algorithm.global_model()
+        self.models.append({k: v.clone() for k, v in model.state_dict().items()})
+
+
+def test_fedavg_accuracy_before_is_the_received_global_model(tiny_config: dict) -> None:
+    """FedAvg's ``accuracy_before`` in round 2 is round 1's global model scored on each client's
+    own test set (the authors' acc1), and differs from the after-training ``accuracy``."""
+    from flcore.algorithms.training import evaluate
+
+    cfg = validate_config(tiny_config)
+    ref: list = []
+    keep = _GlobalAfterRound(ref)
+    rec = Recorder()
+    engine = build_engine(cfg, callbacks=[rec, keep])
+    ref.append(engine)
+    engine.run()
+    model = engine.algorithm.global_model()
+    model.load_state_dict(keep.models[0])
+    fed = engine.data
+    by_hand = [evaluate(model, fed.client_test(c), fed.info)[0] for c in range(fed.num_clients)]
+    second = rec.rounds[1].metrics
+    assert second["accuracy_before"] == pytest.approx(sum(by_hand) / len(by_hand), abs=1e-12)
+    assert second["accuracy_before"] != second["accuracy"]
+    assert rec.summary["accuracy_before"] == second["accuracy_before"]
+
+
+def test_local_accuracy_before_is_last_rounds_model(tiny_config: dict) -> None:
+    """Local-only keeps its model between rounds: what a client starts round r with is what it
+    ended round r-1 with, so round r's ``accuracy_before`` is round r-1's ``accuracy``."""
+    rec, _ = _run(tiny_config, algorithm="local", rounds=3)
+    accs = [r.metrics["accuracy"] for r in rec.rounds]
+    before = [r.metrics["accuracy_before"] for r in rec.rounds]
+    assert before[1:] == accs[:-1]
+    assert before[0] < 0.3  # round 1 starts from the untrained network
+
+
+def test_accuracy_before_only_on_evaluation_rounds(tiny_config: dict) -> None:
+    rec, _ = _run(tiny_config, rounds=3, eval_every=2)
+    assert [r.metrics["accuracy_before"] is None for r in rec.rounds] == [True, False, False]

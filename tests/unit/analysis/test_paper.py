@@ -95,6 +95,7 @@ def test_accuracy_comparison_in_percent_with_spread_over_seeds() -> None:
     row = table.iloc[0]
     assert row["runs"] == 2 and row["ours"] == pytest.approx(89.0) and row["paper"] == 88.28
     assert row["ours_std"] == pytest.approx(math.sqrt(2.0))
+    assert math.isnan(row["ours_before"])  # no run logged accuracy_before
     assert "20 clients" in row["setting"] and "200 rounds" in row["setting"]
     assert accuracy_comparison(runs.iloc[2:]).empty
 
@@ -120,3 +121,17 @@ def test_attack_comparison_only_where_the_paper_measured() -> None:
     assert table.iloc[1]["leak_psnr"] == 8.0 and table.iloc[1]["paper_psnr"] == 7.85
     assert math.isnan(table.iloc[1]["leak_lpips"])  # lpips may be absent
     assert attack_comparison(runs.drop(columns="leak_psnr")).empty
+
+
+def test_accuracy_comparison_shows_the_before_training_accuracy() -> None:
+    runs = pd.DataFrame(
+        [
+            _row("a", "fedavg", 0.90) | {"accuracy_before": 0.85},
+            _row("b", "fedavg", 0.92) | {"accuracy_before": 0.87},
+        ]
+    )
+
+    row = accuracy_comparison(runs).iloc[0]
+
+    assert row["ours"] == pytest.approx(91.0) and row["ours_before"] == pytest.approx(86.0)
+    assert row["paper"] == 85.67
