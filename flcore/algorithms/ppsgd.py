@@ -28,8 +28,11 @@ Deviations, stated:
   joint DP with a trusted server). Under ISRL-DP that makes the upload's sensitivity unbounded
   (``theta_i`` carries every record into the next private gradient), so such a run is tagged
   ``dp_guarantee = shared-only`` and its epsilon covers only the global part's steps. HyperFL's
-  authors' code also trains its PPSGD's personal part (there: the classifier head, lr 0.1)
-  without noise, so this is the setting their Table 1 figure comes from.
+  authors' code also trains its PPSGD's personal part without noise, so this is the privacy
+  setting their Table 1 figure comes from; its structure differs, though: there the personal
+  part is the classifier head alone (a clean step at lr 0.1) and the shared part the feature
+  extractor alone (DP-SGD; the head is never uploaded), both stepped on every mini-batch: a
+  FedRep-like split rather than Bietti et al.'s offset over the whole network, which we keep.
 - The paper's step (plain SGD) takes the configured optimizer's momentum and weight decay,
   each part with its own buffers, as HyperFL's setup does for every method.
 - ``theta_i`` starts at 0, so the first round starts every client at the global model.
