@@ -50,4 +50,4 @@ format: install-dev
 	$(VENV)/bin/ruff check --fix flcore sweeps search_spaces analysis benchmarks tests
 
 clean:
-	rm -rf runs mlflow.db .pytest_cache
+	rm -rf runs mlflow.db mlflow.db.lock .pytest_cache

@@ -50,12 +50,6 @@ class LoadError(ValueError):
     or file. The message names the problem."""
 
 
-def _sqlite_path(uri: str) -> Path | None:
-    if uri.startswith("sqlite:///"):
-        return Path(uri[len("sqlite:///") :])
-    return None
-
-
 def open_store(uri: str | None = None) -> Any:
     """An MlflowClient on ``uri`` (default: the project's store), refusing to create a store.
 
@@ -65,16 +59,16 @@ def open_store(uri: str | None = None) -> Any:
     Raises:
         LoadError: the sqlite file of ``uri`` does not exist.
     """
-    from sweeps.tracking import mlflow_client, tracking_uri
+    from sweeps.tracking import mlflow_client, sqlite_path, tracking_uri
 
     uri = uri or tracking_uri()
-    path = _sqlite_path(uri)
+    path = sqlite_path(uri)
     if path is not None and not path.is_file():
         raise LoadError(
             f"no MLflow store at {path} (tracking URI {uri}); run from the folder that holds "
             "mlflow.db or set MLFLOW_TRACKING_URI"
         )
-    return mlflow_client(uri)
+    return mlflow_client(uri, initialize=False)
 
 
 def _experiments(client: Any, names: Sequence[str]) -> list[Any]:

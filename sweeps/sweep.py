@@ -139,15 +139,14 @@ def run_sweep(
     from search_spaces import define_by_run
     from sweeps.export import export_sweep
     from sweeps.provenance import provenance_tags
-    from sweeps.tracking import mlflow_client
+    from sweeps.tracking import experiment_id, mlflow_client
     from sweeps.trainable import FLTrainable
     from sweeps.tune_tracking import MLflowDriverCallback, SweepState
 
     uri = resolve_tracking_uri(spec)
     client = mlflow_client(uri)
     exp_name = experiment_name(spec)
-    exp = client.get_experiment_by_name(exp_name)
-    exp_id = exp.experiment_id if exp else client.create_experiment(exp_name)
+    exp_id = experiment_id(client, exp_name)
     state = SweepState(paths.state)
     if state.parent_run_id is None:
         parent = client.create_run(
