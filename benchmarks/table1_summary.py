@@ -1,0 +1,137 @@
+"""Summarise ``reproduce_table1.py``'s run folders: accuracies by round beside the paper's.
+
+Reads every ``OUT/<method>[-label]-<clients>-s<seed>/metrics.jsonl`` (the last row of each round
+counts) and prints one JSON object: per run, ``accuracy`` (after the round's local training) and
+``accuracy_before`` (the models the clients started the round with) at each evaluated round, in
+%, the epsilon spent, rounds done, seconds of running time, and the paper's Table 1 figure; then
+the mean and standard deviation over seeds of each (method, label, clients) at its last common
+round. ``--markdown`` prints the BENCHMARKS.md rows instead.
+
+    .venv/bin/python benchmarks/table1_summary.py --out benchmarks/out/table1 --rounds 10 50 100 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from analysis.paper import ACCURACY, FMNIST_20, FMNIST_100  # noqa: E402
+
+_RUN = re.compile(r"^(?P<name>.+)-(?P<clients>\d+)-s(?P<seed>\d+)$")
+
+
+def _pct(value: float | None) -> float | None:
+    return None if value is None else round(100.0 * value, 2)
+
+
+def read_run(folder: Path, methods: list[str]) -> dict | None:
+    """One run folder's figures, or None if it is not a run folder."""
+    m = _RUN.match(folder.name)
+    log = folder / "metrics.jsonl"
+    if m is None or not log.is_file():
+        return None
+    name = m["name"]
+    method = next((x for x in sorted(methods, key=len, reverse=True) if name.startswith(x)), name)
+    label = name[len(method) + 1 :] if name != method else ""
+    rows: dict[int, dict] = {}
+    for line in log.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            rows[int(row["round"])] = row  # a round replayed after a resume: the last row
+    evaluated = {r: row for r, row in sorted(rows.items()) if row.get("accuracy") is not None}
+    spent = folder / "spent.json"
+    clients = int(m["clients"])
+    last = rows[max(rows)] if rows else {}
+    return {
+        "run": folder.name,
+        "method": method,
+        "label": label,
+        "clients": clients,
+        "seed": int(m["seed"]),
+        "rounds_done": max(rows) if rows else 0,
+        "seconds": json.loads(spent.read_text())["seconds"] if spent.is_file() else None,
+        "epsilon": last.get("epsilon"),
+        "accuracy": {r: _pct(row["accuracy"]) for r, row in evaluated.items()},
+        "accuracy_before": {r: _pct(row.get("accuracy_before")) for r, row in evaluated.items()},
+        "paper": ACCURACY[FMNIST_20 if clients == 20 else FMNIST_100].get(method),
+    }
+
+
+def _mean_std(values: list[float]) -> tuple[float, float | None]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def summarise(runs: list[dict]) -> list[dict]:
+    """Mean and std over seeds of each (method, label, clients) at its last common round."""
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault((run["method"], run["label"], run["clients"]), []).append(run)
+    out = []
+    for (method, label, clients), group in sorted(groups.items()):
+        common = set.intersection(*(set(r["accuracy"]) for r in group))
+        if not common:
+            continue
+        at = max(common)
+        after = _mean_std([r["accuracy"][at] for r in group])
+        befores = [r["accuracy_before"][at] for r in group]
+        before = _mean_std(befores) if None not in befores else (None, None)
+        out.append(
+            {
+                "method": method,
+                "label": label,
+                "clients": clients,
+                "seeds": sorted(r["seed"] for r in group),
+                "round": at,
+                "accuracy": after[0],
+                "accuracy_std": after[1],
+                "accuracy_before": before[0],
+                "accuracy_before_std": before[1],
+                "paper": group[0]["paper"],
+            }
+        )
+    return out
+
+
+def _cell(mean: float | None, std: float | None) -> str:
+    if mean is None:
+        return "-"
+    return f"{mean:.2f}" + ("" if std is None else f" ± {std:.2f}")
+
+
+def markdown(runs: list[dict], rounds: list[int]) -> str:
+    head = "| run | paper | " + " | ".join(f"{r}" for r in rounds) + " |"
+    lines = [head, "|" + "---|" * (len(rounds) + 2)]
+    for run in runs:
+        cells = []
+        for r in rounds:
+            a, b = run["accuracy"].get(r), run["accuracy_before"].get(r)
+            cells.append("" if a is None else f"{a:.2f} / {'-' if b is None else f'{b:.2f}'}")
+        lines.append(f"| {run['run']} | {run['paper'] or '-'} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="benchmarks/out/table1")
+    ap.add_argument("--rounds", nargs="+", type=int, default=[10, 50, 100, 150, 200])
+    ap.add_argument("--markdown", action="store_true", help="rows 'after / before' by round")
+    args = ap.parse_args()
+    methods = sorted(ACCURACY[FMNIST_20]) + ["pfedhn_pc", "dp_fedavg_client"]
+    runs = [
+        run
+        for folder in sorted(Path(args.out).iterdir())
+        if folder.is_dir() and (run := read_run(folder, methods)) is not None
+    ]
+    if args.markdown:
+        print(markdown(runs, args.rounds))
+    else:
+        print(json.dumps({"runs": runs, "summary": summarise(runs)}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
