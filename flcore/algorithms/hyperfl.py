@@ -21,8 +21,11 @@ heads start from the same seeded initial network as the other methods'.
 
 ``accuracy`` is the client's personalized model (generated extractor + its head) on its own test
 set right after local training; ``accuracy_before`` is the model it starts the round with (the
-received hypernetwork, its embedding and its head), as the authors' ``acc0``. There is no global
-classifier, so ``global_accuracy`` is null.
+received hypernetwork, its embedding and its head). The authors' ``acc0`` differs: their model
+copies generated weights into the CNN at each forward pass, and ``acc0`` runs before any
+forward of the round, so it scores the extractor of the client's last step of its previous
+round, i.e. about that round's after-training accuracy. There is no global classifier, so
+``global_accuracy`` is null.
 :meth:`HyperFL.client_embeddings` gives the learned embeddings (paper Figure 8).
 
 Deviation, stated: the embedding's initial value is our choice (the paper says only that all
