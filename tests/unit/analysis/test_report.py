@@ -135,6 +135,23 @@ def test_paper_figures_beside_ours_in_the_papers_setting() -> None:
     assert "reports no attack figure for fmnist" in html
 
 
+def test_paper_table_shows_the_before_training_accuracy_where_logged() -> None:
+    frame = runs()
+    frame["accuracy_before"] = [None, 0.8533, None, None]  # only the FedAvg run logged it
+
+    html = render_report(data(frame))
+
+    row = re.search(r"<tr><td>[^<]*</td><td>fedavg</td>(.*?)</tr>", html)
+    assert row is not None
+    assert [c for c in re.findall(r"<td>([^<]*)</td>", row.group(1))] == [
+        "1",
+        "86",
+        "85.33",
+        "85.67",
+    ]
+    assert "ours (before)" in html
+
+
 def test_other_settings_say_so_instead_of_showing_a_figure() -> None:
     html = render_report(data(runs(**{"params.rounds": 3})))
 
