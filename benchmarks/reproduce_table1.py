@@ -53,6 +53,15 @@ def _truncate_log(log: Path, rounds_done: int) -> None:
         log.write_text("".join(line + "\n" for line in keep))
 
 
+def _finite(value: object) -> object:
+    """Strict JSON for a metric: inf (epsilon without DP) as "inf", as `fedsweep run --json`."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
 def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, deadline: float):  # type: ignore[no-untyped-def]
     over = [f"seed={seed}", f"workers={args.workers}", f"eval_every={args.eval_every}"]
     over += args.set
@@ -78,7 +87,8 @@ def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, dead
         rounds = engine.iter_rounds()
         for result in rounds:
             with log.open("a") as f:
-                f.write(json.dumps({"round": result.round, **result.metrics}) + "\n")
+                row = {"round": result.round, **result.metrics}
+                f.write(json.dumps({k: _finite(v) for k, v in row.items()}) + "\n")
             last = result.round == engine.rounds or result.round == args.until_round
             kept = result.round in args.keep
             if result.round % args.checkpoint_every == 0 or last or kept:
@@ -105,7 +115,7 @@ def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, dead
         "accuracy": summary.get("accuracy"),
         "accuracy_before": summary.get("accuracy_before"),
         "global_accuracy": summary.get("global_accuracy"),
-        "epsilon": summary.get("epsilon"),
+        "epsilon": _finite(summary.get("epsilon")),
         "paper": paper,
         "seconds": round(spent, 1),
     }

@@ -1,0 +1,76 @@
+"""benchmarks/table1_summary.py: the figures BENCHMARKS.md's Table 1 rows are printed from."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "table1_summary.py"
+
+
+def _write_run(folder: Path, rows: list[dict]) -> None:
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "spent.json").write_text(json.dumps({"seconds": 12.5}))
+
+
+def _row(rnd: int, acc: float | None, before: float | None, eps: float | str = "inf") -> dict:
+    return {"round": rnd, "accuracy": acc, "accuracy_before": before, "epsilon": eps}
+
+
+def _summary(out: Path, *extra: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out), "--rounds", "10", "20", *extra],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_summary_means_over_seeds_and_keeps_a_replayed_rounds_last_row(tmp_path: Path) -> None:
+    # seed 0 was resumed: round 20 was logged twice, and the second row is the one that counts
+    _write_run(
+        tmp_path / "fedavg-20-s0",
+        [_row(10, 0.80, 0.70), _row(20, 0.10, 0.10), _row(20, 0.90, 0.84)],
+    )
+    _write_run(tmp_path / "fedavg-20-s1", [_row(10, 0.82, 0.72), _row(20, 0.88, 0.86)])
+    _write_run(
+        tmp_path / "dp_fedavg-paper-protocol-20-s0",
+        [_row(10, 0.30, None, 0.5), _row(15, None, None, 0.7)],
+    )
+    (tmp_path / "not-a-run").mkdir()
+
+    out = json.loads(_summary(tmp_path))
+    runs = {r["run"]: r for r in out["runs"]}
+    assert set(runs) == {"fedavg-20-s0", "fedavg-20-s1", "dp_fedavg-paper-protocol-20-s0"}
+    assert runs["fedavg-20-s0"]["accuracy"] == {"10": 80.0, "20": 90.0}
+    assert runs["fedavg-20-s0"]["accuracy_before"]["20"] == 84.0
+    dp = runs["dp_fedavg-paper-protocol-20-s0"]
+    assert (dp["method"], dp["label"], dp["rounds_done"], dp["epsilon"]) == (
+        "dp_fedavg",
+        "paper-protocol",
+        15,
+        0.7,
+    )
+    assert runs["fedavg-20-s0"]["paper"] == 85.67
+
+    summary = {(s["method"], s["label"]): s for s in out["summary"]}
+    fedavg = summary[("fedavg", "")]
+    assert fedavg["seeds"] == [0, 1] and fedavg["round"] == 20
+    assert fedavg["accuracy"] == pytest.approx(89.0)
+    assert fedavg["accuracy_std"] == pytest.approx(2**0.5)  # sample std of 90 and 88
+    assert fedavg["accuracy_before"] == pytest.approx(85.0)
+    # a run without accuracy_before (logged before the metric existed) has no before mean
+    assert summary[("dp_fedavg", "paper-protocol")]["accuracy_before"] is None
+
+
+def test_markdown_rows_read_after_slash_before(tmp_path: Path) -> None:
+    _write_run(tmp_path / "local-20-s0", [_row(10, 0.8512, 0.8433), _row(20, 0.86, None)])
+    lines = _summary(tmp_path, "--markdown").splitlines()
+    assert lines[0] == "| run | paper | 10 | 20 |"
+    assert lines[2] == "| local-20-s0 | 85.93 | 85.12 / 84.33 | 86.00 / - |"
