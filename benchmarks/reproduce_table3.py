@@ -11,10 +11,9 @@ assumes) and, for HyperFL, with the tailored attack too. Scores are per record o
 images, then averaged: PSNR, SSIM and LPIPS (null here: no AlexNet weights offline).
 
 A method is an algorithm (its plain run) or a variant named in ``RUNS`` (the DP baselines' paper
-protocol; HyperFL with ``head_init_scale: 0.1``). Each attack's result is written to
-``OUT3/<attack>-<method>.json`` with its image grid beside it
-(``.png``); an existing result is reused, so the script can run in pieces. The whole table
-prints as one JSON object.
+protocol; HyperFL with ``head_init_scale: 0.1`` or the authors' 1). Each attack's result is
+written to ``OUT3/<attack>-<method>.json`` with its image grid beside it (``.png``); an existing
+result is reused, so the script can run in pieces. The whole table prints as one JSON object.
 
     .venv/bin/python benchmarks/reproduce_table3.py --methods fedavg pfedhn dp_fedavg hyperfl
 """
@@ -48,6 +47,11 @@ RUNS = {
         "hyperfl",
         "hyperfl-head-init-0.1-20-s0",
         ["algorithm_params.head_init_scale=0.1"],
+    ),
+    "hyperfl-head-init-1": (  # the authors' initialisation (the default before session 7)
+        "hyperfl",
+        "hyperfl-head-init-1-20-s0",
+        ["algorithm_params.head_init_scale=1"],
     ),
 }
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from flcore.algorithms import ClientData, ClientTask
+from flcore.algorithms import ALGORITHMS, ClientData, ClientTask
 from flcore.algorithms.training import evaluate
 from flcore.config import validate_config
 from flcore.errors import ConfigError
@@ -169,3 +169,16 @@ def test_head_init_scale_scales_only_the_heads() -> None:
     assert float(std_s) == pytest.approx(float(std_a) * 0.1, rel=1e-4)
     with pytest.raises(ValueError, match="head_init_scale"):
         HyperNetwork.for_module(net.features, head_init_scale=0.0)
+
+
+def test_the_default_heads_start_at_a_tenth_of_the_authors_init(data_root: Path) -> None:
+    # the default (0.1) reaches the hypernetwork the server builds; head_init_scale=1 is the
+    # authors' code; hyperfl_lpm keeps the authors' init (its adapters were not measured)
+    ours = build_engine(_cfg(data_root)).algorithm.hnet.state_dict()
+    cfg = _cfg(
+        data_root, algorithm_params={"embed_dim": 16, "hidden_dim": 32, "head_init_scale": 1}
+    )
+    authors = build_engine(cfg).algorithm.hnet.state_dict()
+    for k, a in authors.items():
+        assert torch.allclose(ours[k], a * 0.1 if k.startswith("heads.") else a), k
+    assert ALGORITHMS.get("hyperfl_lpm").Params().head_init_scale == 1.0
