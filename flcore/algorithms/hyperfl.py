@@ -47,7 +47,7 @@ to ~1 and keeps 38-41 of the 128 units alive for every client through round 50 (
 seed 0): 88.92% at round 50 against 87.8%, embeddings grouped by the partition's dominant
 classes as in the paper's Figure 8, and IG at 7.5 dB on the paper's Table 3 protocol (paper:
 7.85 on EMNIST). In a 200-round run (seed 0, BENCHMARKS.md) it stays above FedAvg's global
-model on the clients' test sets, the paper's metric (88.89 against 83.16 at round 60). The
+model on the clients' test sets, the paper's metric (88.83 against 85.33 at round 200). The
 paper describes a live generator (its Figure 8 groups the embeddings; its Table 3 privacy
 depends on the server not knowing the extractor), so 0.1 is the default. Whether the authors'
 own runs collapse is not known to us. ``hyperfl_lpm`` keeps 1: its adapters were not measured
