@@ -21,6 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _machine import machine  # noqa: E402
+from table1_summary import _RUN  # noqa: E402
 
 from flcore.config import load_config  # noqa: E402
 from flcore.data.datasets import dataset_info  # noqa: E402
@@ -37,8 +38,10 @@ def main() -> None:
     ckpt = args.run / "checkpoint.pt"
     if not ckpt.is_file():
         sys.exit(f"error: no checkpoint.pt in {args.run}")
-    clients = int(args.run.name.rsplit("-", 2)[-2])
-    seed = int(args.run.name.rsplit("-s", 1)[-1])
+    name = _RUN.match(args.run.name)
+    if name is None:
+        sys.exit(f"error: {args.run.name} is not a run folder (<method>[-label]-<clients>-s<seed>)")
+    clients, seed = int(name["clients"]), int(name["seed"])
     over = [f"num_clients={clients}", f"seed={seed}", "workers=1", *args.set]
     if clients == 100:
         over += ["client_fraction=0.3", "full_last_round=true"]

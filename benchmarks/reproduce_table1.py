@@ -39,6 +39,7 @@ from _machine import machine  # noqa: E402
 from analysis.paper import ACCURACY, FMNIST_20, FMNIST_100  # noqa: E402
 from flcore.config import load_config  # noqa: E402
 from flcore.experiment import build_data, build_engine  # noqa: E402
+from sweeps.cli import jsonable  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -51,15 +52,6 @@ def _truncate_log(log: Path, rounds_done: int) -> None:
     keep = [line for line in rows if json.loads(line)["round"] <= rounds_done]
     if len(keep) != len(rows):
         log.write_text("".join(line + "\n" for line in keep))
-
-
-def _finite(value: object) -> object:
-    """Strict JSON for a metric: inf (epsilon without DP) as "inf", as `fedsweep run --json`."""
-    if isinstance(value, float) and value != value:
-        return None
-    if isinstance(value, float) and value in (float("inf"), float("-inf")):
-        return "inf" if value > 0 else "-inf"
-    return value
 
 
 def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, deadline: float):  # type: ignore[no-untyped-def]
@@ -88,7 +80,7 @@ def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, dead
         for result in rounds:
             with log.open("a") as f:
                 row = {"round": result.round, **result.metrics}
-                f.write(json.dumps({k: _finite(v) for k, v in row.items()}) + "\n")
+                f.write(json.dumps({k: jsonable(v) for k, v in row.items()}) + "\n")
             last = result.round == engine.rounds or result.round == args.until_round
             kept = result.round in args.keep
             if result.round % args.checkpoint_every == 0 or last or kept:
@@ -115,7 +107,7 @@ def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, dead
         "accuracy": summary.get("accuracy"),
         "accuracy_before": summary.get("accuracy_before"),
         "global_accuracy": summary.get("global_accuracy"),
-        "epsilon": _finite(summary.get("epsilon")),
+        "epsilon": jsonable(summary.get("epsilon")),
         "paper": paper,
         "seconds": round(spent, 1),
     }

@@ -55,7 +55,8 @@ def _stdout_to_stderr():
         os.close(saved)
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """A metric for strict JSON: +-inf (epsilon without DP) as "inf"/"-inf", nan as null."""
     if isinstance(value, float) and math.isinf(value):
         return "inf" if value > 0 else "-inf"
     if isinstance(value, float) and math.isnan(value):
@@ -90,7 +91,7 @@ def run(
         if as_json:
             with _stdout_to_stderr() as real_stdout:
                 result = run_experiment(cfg, progress=True, resume_from=resume)
-            real_stdout.write(json.dumps({k: _jsonable(v) for k, v in result.items()}) + "\n")
+            real_stdout.write(json.dumps({k: jsonable(v) for k, v in result.items()}) + "\n")
             real_stdout.flush()
         else:
             result = run_experiment(cfg, progress=True, resume_from=resume)
@@ -150,7 +151,7 @@ def attack(
             with _stdout_to_stderr() as real_stdout:
                 result = go()
             doc = _attack_doc(result, cfg)
-            real_stdout.write(json.dumps({k: _jsonable(v) for k, v in doc.items()}) + "\n")
+            real_stdout.write(json.dumps({k: jsonable(v) for k, v in doc.items()}) + "\n")
             real_stdout.flush()
         else:
             result = go()
@@ -666,7 +667,7 @@ def _jsonable_tree(value: Any) -> Any:
     if hasattr(value, "item") and not isinstance(value, str):  # numpy / pandas scalars
         with contextlib.suppress(AttributeError, ValueError):
             value = value.item()
-    return _jsonable(value)
+    return jsonable(value)
 
 
 def _print_plan(p: dict[str, Any]) -> None:
@@ -746,7 +747,7 @@ def privacy_epsilon(
         _fail(str(exc))
     out = {"epsilon": eps, "delta": delta, "accountant": accountant.value}
     typer.echo(
-        json.dumps({k: _jsonable(v) for k, v in out.items()})
+        json.dumps({k: jsonable(v) for k, v in out.items()})
         if as_json
         else f"epsilon = {eps:.6g} at delta = {delta:g} ({accountant.value})"
     )
