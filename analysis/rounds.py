@@ -18,6 +18,14 @@ from analysis.plots import _MARKERS, _figure_class
 __all__ = ["plot_rounds"]
 
 _COLUMNS = ("run_id", "metric", "step", "value")
+_CHARS_PER_PANEL = 46  # legend characters (10 pt, marker and gaps included) across one panel
+
+
+def _legend_columns(names: Sequence[str], panels: int) -> int:
+    """At most 4 legend columns, fewer where the longest name would push the legend past the
+    figure's edges (the figure is ``panels`` panels wide)."""
+    per_entry = max(len(n) for n in names) + 6  # the marker, its line and the gap after
+    return max(1, min(4, len(names), panels * _CHARS_PER_PANEL // per_entry))
 
 
 def plot_rounds(
@@ -91,7 +99,7 @@ def plot_rounds(
                 handles.append(handle)
                 names.append(name)
     if handles:
-        fig.legend(handles, names, loc="outside lower center", ncols=min(4, len(names)))
+        fig.legend(handles, names, loc="outside lower center", ncols=_legend_columns(names, ncols))
     if title:
         fig.suptitle(title)
     out = Path(path)

@@ -44,3 +44,22 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
         plot_rounds(history().drop(columns="step"), ["accuracy"], tmp_path / "x.png")
     with pytest.raises(ValueError, match="at least one metric"):
         plot_rounds(history(), [], tmp_path / "x.png")
+
+
+def test_long_labels_keep_the_legend_inside_the_figure(tmp_path: Path) -> None:
+    from PIL import Image
+
+    names = [f"centaur-paper-protocol-{i}-clients (3 seeds)" for i in range(6)]
+    rows = [(n, "accuracy", r, 0.1 * i + 0.01 * r) for i, n in enumerate(names) for r in (1, 2)]
+    rows += [(n, "epsilon", r, 1.0 + i) for i, n in enumerate(names) for r in (1, 2)]
+    path = plot_rounds(
+        pd.DataFrame(rows, columns=["run_id", "metric", "step", "value"]),
+        ["accuracy", "epsilon"],
+        tmp_path / "long.png",
+        labels={n: n for n in names},
+    )
+    with Image.open(path) as image:
+        grey = image.convert("L")
+        width, height = grey.size
+        edges = [grey.getpixel((x, y)) for x in (0, 1, width - 2, width - 1) for y in range(height)]
+    assert min(edges) > 200, "something is drawn at the figure's left or right edge"
