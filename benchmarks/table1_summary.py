@@ -5,9 +5,12 @@ counts) and prints one JSON object: per run, ``accuracy`` (after the round's loc
 ``accuracy_before`` (the models the clients started the round with) at each evaluated round, in
 %, the epsilon spent, rounds done, seconds of running time, and the paper's Table 1 figure; then
 the mean and standard deviation over seeds of each (method, label, clients) at its last common
-round. ``--markdown`` prints the BENCHMARKS.md rows instead.
+round. ``--markdown`` prints the BENCHMARKS.md tables instead: a row per run ("after / before"
+by round), then a row per (method, label, clients) with the means over seeds beside the paper.
+``--plot PNG`` draws the seed means by round, before and after local training.
 
     .venv/bin/python benchmarks/table1_summary.py --out benchmarks/out/table1 --rounds 10 50 100 200
+    .venv/bin/python benchmarks/table1_summary.py --markdown --plot benchmarks/out/table1.png
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analysis.paper import ACCURACY, FMNIST_20, FMNIST_100  # noqa: E402
 
+PAPER_ROUND = 200  # Table 1's figures are at round 200: a gap at an earlier round is not theirs
 _RUN = re.compile(r"^(?P<name>.+)-(?P<clients>\d+)-s(?P<seed>\d+)$")
 
 
@@ -115,11 +119,68 @@ def markdown(runs: list[dict], rounds: list[int]) -> str:
     return "\n".join(lines)
 
 
+def markdown_means(summary: list[dict]) -> str:
+    """A row per (method, label, clients): means ± sample std over seeds, and before - paper
+    (only at the paper's round)."""
+    lines = [
+        "| method | clients | seeds | round | paper | after | before | before - paper |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summary:
+        name = s["method"] + (f" ({s['label']})" if s["label"] else "")
+        gap = (
+            "-"
+            if s["paper"] is None or s["accuracy_before"] is None or s["round"] != PAPER_ROUND
+            else f"{s['accuracy_before'] - s['paper']:+.2f}"
+        )
+        lines.append(
+            f"| {name} | {s['clients']} | {', '.join(map(str, s['seeds']))} | {s['round']} "
+            f"| {s['paper'] or '-'} | {_cell(s['accuracy'], s['accuracy_std'])} "
+            f"| {_cell(s['accuracy_before'], s['accuracy_before_std'])} | {gap} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_means(runs: list[dict], path: Path) -> Path:
+    """Seed means by round, one line per (method, label, clients), at the rounds every seed of
+    the group evaluated; one panel before local training (the paper's metric), one after."""
+    import pandas as pd
+
+    from analysis.rounds import plot_rounds
+
+    groups: dict[str, list[dict]] = {}
+    for run in runs:
+        name = run["run"].rsplit("-s", 1)[0]
+        groups.setdefault(name, []).append(run)
+    rows = []
+    for name, group in sorted(groups.items()):
+        key = f"{name} ({len(group)} seed{'s' if len(group) > 1 else ''})"
+        for metric, column in (("before local training", "accuracy_before"), ("after", "accuracy")):
+            common = set.intersection(*(set(r[column]) for r in group))
+            for rnd in sorted(common):
+                values = [r[column][rnd] for r in group]
+                if None not in values:
+                    rows.append((key, f"{metric} (%)", rnd, statistics.fmean(values)))
+    history = pd.DataFrame(rows, columns=["run_id", "metric", "step", "value"])
+    if history.empty:
+        raise SystemExit("no evaluated rounds to plot")
+    return plot_rounds(
+        history,
+        ["before local training (%)", "after (%)"],
+        path,
+        labels={k: k for k in history["run_id"].unique()},
+        title="Table 1 (Fashion-MNIST): seed means by round",
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="benchmarks/out/table1")
     ap.add_argument("--rounds", nargs="+", type=int, default=[10, 50, 100, 150, 200])
-    ap.add_argument("--markdown", action="store_true", help="rows 'after / before' by round")
+    ap.add_argument(
+        "--markdown", action="store_true", help="rows 'after / before' by round, then seed means"
+    )
+    ap.add_argument("--plot", type=Path, help="also write the seed means by round to this PNG")
     args = ap.parse_args()
     methods = sorted(ACCURACY[FMNIST_20]) + ["pfedhn_pc", "dp_fedavg_client"]
     runs = [
@@ -127,8 +188,10 @@ def main() -> None:
         for folder in sorted(Path(args.out).iterdir())
         if folder.is_dir() and (run := read_run(folder, methods)) is not None
     ]
+    if args.plot is not None:
+        print(f"wrote {plot_means(runs, args.plot)}", file=sys.stderr)
     if args.markdown:
-        print(markdown(runs, args.rounds))
+        print(markdown(runs, args.rounds) + "\n\n" + markdown_means(summarise(runs)))
     else:
         print(json.dumps({"runs": runs, "summary": summarise(runs)}, indent=1))
 

@@ -74,3 +74,37 @@ def test_markdown_rows_read_after_slash_before(tmp_path: Path) -> None:
     lines = _summary(tmp_path, "--markdown").splitlines()
     assert lines[0] == "| run | paper | 10 | 20 |"
     assert lines[2] == "| local-20-s0 | 85.93 | 85.12 / 84.33 | 86.00 / - |"
+
+
+def test_markdown_means_beside_the_paper_only_at_its_round(tmp_path: Path) -> None:
+    _write_run(tmp_path / "hyperfl-20-s0", [_row(10, 0.80, 0.79), _row(200, 0.89, 0.88)])
+    _write_run(tmp_path / "hyperfl-20-s1", [_row(10, 0.82, 0.81), _row(200, 0.87, 0.90)])
+    _write_run(tmp_path / "fedavg-20-s0", [_row(10, 0.83, 0.72), _row(20, 0.86, 0.77)])
+    lines = _summary(tmp_path, "--markdown").splitlines()
+    means = lines[
+        lines.index(
+            "| method | clients | seeds | round | paper | after | before | before - paper |"
+        ) :
+    ]
+    assert means[2] == "| fedavg | 20 | 0 | 20 | 85.67 | 86.00 | 77.00 | - |"
+    # mean 89.00 and sample std 1.41 before training, 0.72 above the paper's 88.28 at round 200
+    assert means[3] == "| hyperfl | 20 | 0, 1 | 200 | 88.28 | 88.00 ± 1.41 | 89.00 ± 1.41 | +0.72 |"
+
+
+def test_plot_of_the_seed_means(tmp_path: Path) -> None:
+    from PIL import Image
+
+    _write_run(tmp_path / "runs" / "local-20-s0", [_row(10, 0.80, 0.79), _row(20, 0.85, 0.84)])
+    _write_run(tmp_path / "runs" / "local-20-s1", [_row(10, 0.81, 0.80), _row(20, 0.86, 0.85)])
+    png = tmp_path / "plots" / "table1.png"
+    _summary(tmp_path / "runs", "--plot", str(png))
+    with Image.open(png) as image:
+        assert image.format == "PNG" and image.size[0] > image.size[1]  # two panels side by side
+
+    _write_run(tmp_path / "empty" / "local-20-s0", [_row(1, None, None)])
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "empty"), "--plot", str(png)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0 and "no evaluated rounds" in done.stderr
