@@ -4,10 +4,11 @@ Reads every ``OUT/<method>[-label]-<clients>-s<seed>/metrics.jsonl`` (the last r
 counts) and prints one JSON object: per run, ``accuracy`` (after the round's local training) and
 ``accuracy_before`` (the models the clients started the round with) at each evaluated round, in
 %, the epsilon spent, rounds done, seconds of running time, and the paper's Table 1 figure; then
-the mean and standard deviation over seeds of each (method, label, clients) at its last common
-round. ``--markdown`` prints the BENCHMARKS.md tables instead: a row per run ("after / before"
-by round), then a row per (method, label, clients) with the means over seeds beside the paper.
-``--plot PNG`` draws the seed means by round, before and after local training.
+the mean and standard deviation over seeds of each (method, label, clients) at the furthest
+round it evaluated, over the seeds that reached it (a seed still running is named, not
+averaged). ``--markdown`` prints the BENCHMARKS.md tables instead: a row per run ("after /
+before" by round), then a row per (method, label, clients) with the means over seeds beside the
+paper. ``--plot PNG`` draws the seed means by round, before and after local training.
 
     .venv/bin/python benchmarks/table1_summary.py --out benchmarks/out/table1 --rounds 10 50 100 200
     .venv/bin/python benchmarks/table1_summary.py --markdown --plot benchmarks/out/table1.png
@@ -70,26 +71,46 @@ def _mean_std(values: list[float]) -> tuple[float, float | None]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
-def summarise(runs: list[dict]) -> list[dict]:
-    """Mean and std over seeds of each (method, label, clients) at its last common round."""
+def _furthest(group: list[dict]) -> tuple[int, list[dict], list[dict]] | None:
+    """The furthest round any run of the group evaluated, the runs that reached it, and the
+    rest (seeds still running); None if no run evaluated a round."""
+    lasts = [max(r["accuracy"]) for r in group if r["accuracy"]]
+    if not lasts:
+        return None
+    at = max(lasts)
+    return (
+        at,
+        [r for r in group if at in r["accuracy"]],
+        [r for r in group if at not in r["accuracy"]],
+    )
+
+
+def _groups(runs: list[dict]) -> dict[tuple, list[dict]]:
     groups: dict[tuple, list[dict]] = {}
     for run in runs:
         groups.setdefault((run["method"], run["label"], run["clients"]), []).append(run)
+    return dict(sorted(groups.items()))
+
+
+def summarise(runs: list[dict]) -> list[dict]:
+    """Mean and std over seeds of each (method, label, clients) at the furthest round it
+    evaluated, over the seeds that reached that round."""
     out = []
-    for (method, label, clients), group in sorted(groups.items()):
-        common = set.intersection(*(set(r["accuracy"]) for r in group))
-        if not common:
+    for (method, label, clients), group in _groups(runs).items():
+        furthest = _furthest(group)
+        if furthest is None:
             continue
-        at = max(common)
-        after = _mean_std([r["accuracy"][at] for r in group])
-        befores = [r["accuracy_before"][at] for r in group]
+        at, done, running = furthest
+        after = _mean_std([r["accuracy"][at] for r in done])
+        befores = [r["accuracy_before"][at] for r in done]
         before = _mean_std(befores) if None not in befores else (None, None)
         out.append(
             {
                 "method": method,
                 "label": label,
                 "clients": clients,
-                "seeds": sorted(r["seed"] for r in group),
+                "seeds": sorted(r["seed"] for r in done),
+                "unfinished_seeds": sorted(r["seed"] for r in running),
                 "round": at,
                 "accuracy": after[0],
                 "accuracy_std": after[1],
@@ -133,8 +154,11 @@ def markdown_means(summary: list[dict]) -> str:
             if s["paper"] is None or s["accuracy_before"] is None or s["round"] != PAPER_ROUND
             else f"{s['accuracy_before'] - s['paper']:+.2f}"
         )
+        seeds = ", ".join(map(str, s["seeds"]))
+        if s["unfinished_seeds"]:
+            seeds += f" ({', '.join(map(str, s['unfinished_seeds']))} running)"
         lines.append(
-            f"| {name} | {s['clients']} | {', '.join(map(str, s['seeds']))} | {s['round']} "
+            f"| {name} | {s['clients']} | {seeds} | {s['round']} "
             f"| {s['paper'] or '-'} | {_cell(s['accuracy'], s['accuracy_std'])} "
             f"| {_cell(s['accuracy_before'], s['accuracy_before_std'])} | {gap} |"
         )
@@ -142,23 +166,24 @@ def markdown_means(summary: list[dict]) -> str:
 
 
 def plot_means(runs: list[dict], path: Path) -> Path:
-    """Seed means by round, one line per (method, label, clients), at the rounds every seed of
-    the group evaluated; one panel before local training (the paper's metric), one after."""
+    """Seed means by round, one line per (method, label, clients), over the seeds that reached
+    the group's furthest round; one panel before local training (the paper's metric), one
+    after."""
     import pandas as pd
 
     from analysis.rounds import plot_rounds
 
-    groups: dict[str, list[dict]] = {}
-    for run in runs:
-        name = run["run"].rsplit("-s", 1)[0]
-        groups.setdefault(name, []).append(run)
     rows = []
-    for name, group in sorted(groups.items()):
-        key = f"{name} ({len(group)} seed{'s' if len(group) > 1 else ''})"
+    for (method, label, clients), group in _groups(runs).items():
+        furthest = _furthest(group)
+        if furthest is None:
+            continue
+        done = furthest[1]
+        name = "-".join(x for x in (method, label, str(clients)) if x)
+        key = f"{name} ({len(done)} seed{'s' if len(done) > 1 else ''})"
         for metric, column in (("before local training", "accuracy_before"), ("after", "accuracy")):
-            common = set.intersection(*(set(r[column]) for r in group))
-            for rnd in sorted(common):
-                values = [r[column][rnd] for r in group]
+            for rnd in sorted(set.intersection(*(set(r[column]) for r in done))):
+                values = [r[column][rnd] for r in done]
                 if None not in values:
                     rows.append((key, f"{metric} (%)", rnd, statistics.fmean(values)))
     history = pd.DataFrame(rows, columns=["run_id", "metric", "step", "value"])

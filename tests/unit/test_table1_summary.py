@@ -39,6 +39,7 @@ def test_summary_means_over_seeds_and_keeps_a_replayed_rounds_last_row(tmp_path:
         [_row(10, 0.80, 0.70), _row(20, 0.10, 0.10), _row(20, 0.90, 0.84)],
     )
     _write_run(tmp_path / "fedavg-20-s1", [_row(10, 0.82, 0.72), _row(20, 0.88, 0.86)])
+    _write_run(tmp_path / "fedavg-20-s2", [_row(10, 0.50, 0.40)])  # still running
     _write_run(
         tmp_path / "dp_fedavg-paper-protocol-20-s0",
         [_row(10, 0.30, None, 0.5), _row(15, None, None, 0.7)],
@@ -47,7 +48,12 @@ def test_summary_means_over_seeds_and_keeps_a_replayed_rounds_last_row(tmp_path:
 
     out = json.loads(_summary(tmp_path))
     runs = {r["run"]: r for r in out["runs"]}
-    assert set(runs) == {"fedavg-20-s0", "fedavg-20-s1", "dp_fedavg-paper-protocol-20-s0"}
+    assert set(runs) == {
+        "fedavg-20-s0",
+        "fedavg-20-s1",
+        "fedavg-20-s2",
+        "dp_fedavg-paper-protocol-20-s0",
+    }
     assert runs["fedavg-20-s0"]["accuracy"] == {"10": 80.0, "20": 90.0}
     assert runs["fedavg-20-s0"]["accuracy_before"]["20"] == 84.0
     dp = runs["dp_fedavg-paper-protocol-20-s0"]
@@ -61,7 +67,10 @@ def test_summary_means_over_seeds_and_keeps_a_replayed_rounds_last_row(tmp_path:
 
     summary = {(s["method"], s["label"]): s for s in out["summary"]}
     fedavg = summary[("fedavg", "")]
-    assert fedavg["seeds"] == [0, 1] and fedavg["round"] == 20
+    # the seed that has not reached round 20 is named, not averaged in (nor does it pull the
+    # mean back to round 10)
+    assert fedavg["seeds"] == [0, 1] and fedavg["unfinished_seeds"] == [2]
+    assert fedavg["round"] == 20
     assert fedavg["accuracy"] == pytest.approx(89.0)
     assert fedavg["accuracy_std"] == pytest.approx(2**0.5)  # sample std of 90 and 88
     assert fedavg["accuracy_before"] == pytest.approx(85.0)
@@ -80,13 +89,14 @@ def test_markdown_means_beside_the_paper_only_at_its_round(tmp_path: Path) -> No
     _write_run(tmp_path / "hyperfl-20-s0", [_row(10, 0.80, 0.79), _row(200, 0.89, 0.88)])
     _write_run(tmp_path / "hyperfl-20-s1", [_row(10, 0.82, 0.81), _row(200, 0.87, 0.90)])
     _write_run(tmp_path / "fedavg-20-s0", [_row(10, 0.83, 0.72), _row(20, 0.86, 0.77)])
+    _write_run(tmp_path / "fedavg-20-s1", [_row(10, 0.84, 0.73)])
     lines = _summary(tmp_path, "--markdown").splitlines()
     means = lines[
         lines.index(
             "| method | clients | seeds | round | paper | after | before | before - paper |"
         ) :
     ]
-    assert means[2] == "| fedavg | 20 | 0 | 20 | 85.67 | 86.00 | 77.00 | - |"
+    assert means[2] == "| fedavg | 20 | 0 (1 running) | 20 | 85.67 | 86.00 | 77.00 | - |"
     # mean 89.00 and sample std 1.41 before training, 0.72 above the paper's 88.28 at round 200
     assert means[3] == "| hyperfl | 20 | 0, 1 | 200 | 88.28 | 88.00 ± 1.41 | 89.00 ± 1.41 | +0.72 |"
 
