@@ -207,6 +207,8 @@ def main() -> None:
     )
     ap.add_argument("--plot", type=Path, help="also write the seed means by round to this PNG")
     args = ap.parse_args()
+    if not Path(args.out).is_dir():
+        ap.error(f"--out {args.out}: no such folder (reproduce_table1.py writes its runs there)")
     methods = sorted(ACCURACY[FMNIST_20]) + ["pfedhn_pc", "dp_fedavg_client"]
     runs = [
         run

@@ -118,3 +118,13 @@ def test_plot_of_the_seed_means(tmp_path: Path) -> None:
         text=True,
     )
     assert done.returncode != 0 and "no evaluated rounds" in done.stderr
+
+
+def test_a_missing_folder_is_named(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "nowhere")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "nowhere: no such folder" in done.stderr
+    assert "Traceback" not in done.stderr
