@@ -1,10 +1,17 @@
 """The pool workers' allocator setting (flcore.executor.tune_malloc): without it, a process that
 never freed a large buffer of its own (a worker handed its dataset in shared memory) maps and
-unmaps every ~2 MB activation of a training step and faults its pages in again each time."""
+unmaps every ~2 MB activation of a training step and faults its pages in again each time.
+
+How many pages a default process faults per step depends on where its buffers happen to lie
+(measured in fresh processes on the same machine: a mean of 0 to 1,450 per step, 600-1,200 in
+most), so the default side is checked in up to three fresh processes; a tuned process faults
+0 pages in a typical step (the median), with a rare one-off heap growth of ~150 pages."""
 
 from __future__ import annotations
 
+import json
 import platform
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -18,36 +25,38 @@ glibc = pytest.mark.skipif(
 )
 
 
-def faults_per_step(x: torch.Tensor, y: torch.Tensor) -> float:
-    """Minor page faults per SGD step of the FMNIST CNN on (x, y), over steps 6-25."""
+def faults_per_step(x: torch.Tensor, y: torch.Tensor) -> list[int]:
+    """Minor page faults in each of SGD steps 6-25 of the FMNIST CNN on (x, y)."""
     import resource
 
     from flcore.models import build_model
 
     model = build_model("cnn_fmnist", num_classes=10, in_channels=1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)
+    faults = []
     for step in range(25):
-        if step == 5:
-            start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start) / 20
+        if step >= 5:
+            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start)
+    return faults
 
 
 # the same steps in a fresh process (its allocator untouched by this one's history)
 FAULTS = """
-import sys, torch
+import json, sys, torch
 torch.set_num_threads(1)
 from flcore.executor import tune_malloc
 from tests.unit.test_executor_malloc import faults_per_step
 if sys.argv[1] == "tuned":
     assert tune_malloc()
-print(faults_per_step(*torch.load(sys.argv[2])))
+print(json.dumps(faults_per_step(*torch.load(sys.argv[2]))))
 """
 
 
-def _faults_per_step(mode: str, batch: Path) -> float:
+def _faults_per_step(mode: str, batch: Path) -> list[int]:
     out = subprocess.run(
         [sys.executable, "-c", FAULTS, mode, str(batch)],
         capture_output=True,
@@ -56,7 +65,7 @@ def _faults_per_step(mode: str, batch: Path) -> float:
         check=True,
         cwd=Path(__file__).parents[2],  # the repository root: ``tests`` imports from there
     )
-    return float(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @glibc
@@ -65,10 +74,15 @@ def test_tuned_allocator_reuses_activation_buffers(fmnist, tmp_path: Path) -> No
 
     batch = tmp_path / "batch.pt"
     torch.save((normalize(fmnist.train.images[:50], fmnist.info), fmnist.train.labels[:50]), batch)
-    default = _faults_per_step("default", batch)
     tuned = _faults_per_step("tuned", batch)
-    assert default > 100, f"glibc's defaults no longer fault per step ({default}): recheck"
-    assert tuned < default / 10, (tuned, default)
+    assert statistics.median(tuned) <= 10, tuned
+    defaults = []
+    for _ in range(3):
+        defaults.append(statistics.mean(_faults_per_step("default", batch)))
+        if defaults[-1] > 100:
+            break
+    else:
+        pytest.fail(f"glibc's defaults no longer fault per step ({defaults}): recheck the tuning")
 
 
 def _worker_faults_per_step() -> float:
@@ -79,7 +93,9 @@ def _worker_faults_per_step() -> float:
     fed = executor._W_FED  # noqa: SLF001 (the worker's dataset, received in shared memory)
     assert fed is not None
     data = fed.client_train(0)
-    return faults_per_step(normalize(data.images[:50], fed.info), data.labels[:50])
+    return statistics.median(
+        faults_per_step(normalize(data.images[:50], fed.info), data.labels[:50])
+    )
 
 
 @glibc
@@ -97,4 +113,4 @@ def test_pool_workers_reuse_activation_buffers(tiny_config) -> None:
         faults = [pool._pool.apply(_worker_faults_per_step) for _ in range(2)]  # noqa: SLF001
     finally:
         pool.close()
-    assert all(f < 100 for f in faults), faults  # without the tuning: 600 here
+    assert all(f <= 10 for f in faults), faults  # without the tuning: 600 here
