@@ -9,6 +9,7 @@ round it evaluated, over the seeds that reached it (a seed still running is name
 averaged). ``--markdown`` prints the BENCHMARKS.md tables instead: a row per run ("after /
 before" by round), then a row per (method, label, clients) with the means over seeds beside the
 paper. ``--plot PNG`` draws the seed means by round, before and after local training.
+``--clients 20`` (or 100) keeps only that column's runs, e.g. to plot one setting alone.
 
     .venv/bin/python benchmarks/table1_summary.py --out benchmarks/out/table1 --rounds 10 50 100 200
     .venv/bin/python benchmarks/table1_summary.py --markdown --plot benchmarks/out/table1.png
@@ -206,6 +207,9 @@ def main() -> None:
         "--markdown", action="store_true", help="rows 'after / before' by round, then seed means"
     )
     ap.add_argument("--plot", type=Path, help="also write the seed means by round to this PNG")
+    ap.add_argument(
+        "--clients", type=int, choices=[20, 100], help="only the runs with this many clients"
+    )
     args = ap.parse_args()
     if not Path(args.out).is_dir():
         ap.error(f"--out {args.out}: no such folder (reproduce_table1.py writes its runs there)")
@@ -214,6 +218,7 @@ def main() -> None:
         run
         for folder in sorted(Path(args.out).iterdir())
         if folder.is_dir() and (run := read_run(folder, methods)) is not None
+        if args.clients is None or run["clients"] == args.clients
     ]
     if args.plot is not None:
         print(f"wrote {plot_means(runs, args.plot)}", file=sys.stderr)

@@ -120,6 +120,16 @@ def test_plot_of_the_seed_means(tmp_path: Path) -> None:
     assert done.returncode != 0 and "no evaluated rounds" in done.stderr
 
 
+def test_clients_keeps_one_column(tmp_path: Path) -> None:
+    _write_run(tmp_path / "local-20-s0", [_row(10, 0.80, 0.79)])
+    _write_run(tmp_path / "local-100-s0", [_row(10, 0.70, 0.69)])
+    both = {r["run"] for r in json.loads(_summary(tmp_path))["runs"]}
+    assert both == {"local-20-s0", "local-100-s0"}
+    only = json.loads(_summary(tmp_path, "--clients", "100"))
+    assert [r["run"] for r in only["runs"]] == ["local-100-s0"]
+    assert [(s["clients"], s["paper"]) for s in only["summary"]] == [(100, 87.01)]
+
+
 def test_a_missing_folder_is_named(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--out", str(tmp_path / "nowhere")],
