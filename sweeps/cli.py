@@ -7,10 +7,11 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -27,6 +28,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 err_console = Console(stderr=True)
+T = TypeVar("T")
 
 
 class Listable(StrEnum):
@@ -53,6 +55,22 @@ def _stdout_to_stderr():
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def _deliver(as_json: bool, work: Callable[[], T], show: Callable[[T], None]) -> None:
+    """Do a command's work and report it: with ``--json`` as one JSON document on stdout (all
+    else the work prints, ours or a library's, goes to stderr), otherwise ``show``n for people.
+    A FedSweepError ends the command with its message."""
+    try:
+        if as_json:
+            with _stdout_to_stderr() as real_stdout:
+                result = work()
+            real_stdout.write(json.dumps(_jsonable_tree(result)) + "\n")
+            real_stdout.flush()
+        else:
+            show(work())
+    except FedSweepError as exc:
+        _fail(str(exc))
 
 
 def jsonable(value: Any) -> Any:
@@ -87,17 +105,9 @@ def run(
 
     from sweeps.experiment import run_experiment
 
-    try:
-        if as_json:
-            with _stdout_to_stderr() as real_stdout:
-                result = run_experiment(cfg, progress=True, resume_from=resume)
-            real_stdout.write(json.dumps({k: jsonable(v) for k, v in result.items()}) + "\n")
-            real_stdout.flush()
-        else:
-            result = run_experiment(cfg, progress=True, resume_from=resume)
-            _print_summary(result)
-    except FedSweepError as exc:
-        _fail(str(exc))
+    _deliver(
+        as_json, lambda: run_experiment(cfg, progress=True, resume_from=resume), _print_summary
+    )
 
 
 @app.command()
@@ -146,18 +156,7 @@ def attack(
             tags={"fedsweep.kind": "attack"},
         )
 
-    try:
-        if as_json:
-            with _stdout_to_stderr() as real_stdout:
-                result = go()
-            doc = _attack_doc(result, cfg)
-            real_stdout.write(json.dumps({k: jsonable(v) for k, v in doc.items()}) + "\n")
-            real_stdout.flush()
-        else:
-            result = go()
-            _print_attack(_attack_doc(result, cfg))
-    except FedSweepError as exc:
-        _fail(str(exc))
+    _deliver(as_json, lambda: _attack_doc(go(), cfg), _print_attack)
 
 
 def _attack_config(cfg: Any, checkpoint: Path | None) -> Any:
@@ -249,17 +248,10 @@ def sweep(
         else:
             _print_plan(p)
         return
-    try:
-        if as_json:
-            with _stdout_to_stderr() as real_stdout:
-                summary = run_sweep(spec, resume=resume, address=address, verbose=0)
-            real_stdout.write(json.dumps(_jsonable_tree(summary)) + "\n")
-            real_stdout.flush()
-        else:
-            summary = run_sweep(spec, resume=resume, address=address)
-            _print_front(summary)
-    except FedSweepError as exc:
-        _fail(str(exc))
+    quiet = {"verbose": 0} if as_json else {}  # no Tune progress tables with --json
+    _deliver(
+        as_json, lambda: run_sweep(spec, resume=resume, address=address, **quiet), _print_front
+    )
 
 
 @app.command()
