@@ -24,6 +24,7 @@ import ray
 import torch
 from ray import tune
 
+from flcore.algorithms.base import Algorithm
 from flcore.config import ExperimentConfig, apply_overrides, validate_config
 from flcore.engine import Engine
 from flcore.experiment import build_data, build_engine
@@ -31,20 +32,9 @@ from search_spaces import overrides_for
 
 __all__ = ["FLTrainable", "trial_experiment_config", "REPORTED"]
 
-#: metrics every report carries (plus objectives' ``missing`` fill-ins and ``*_std``)
-REPORTED = (
-    "accuracy",
-    "accuracy_before",
-    "global_accuracy",
-    "train_loss",
-    "bytes_up",
-    "bytes_down",
-    "seconds",
-    "epsilon",
-    "round_bytes_up",
-    "round_bytes_down",
-    "round_seconds",
-)
+#: metrics every report carries (plus objectives' ``missing`` fill-ins and ``*_std``): whatever
+#: any algorithm may report, and the engine's per-round traffic and time
+REPORTED = Algorithm.reports | {"round_bytes_up", "round_bytes_down", "round_seconds"}
 
 
 def trial_experiment_config(config: dict[str, Any], base: ExperimentConfig) -> ExperimentConfig:
@@ -155,7 +145,7 @@ class FLTrainable(tune.Trainable):
             "dp_guarantee": self.engines[0].algorithm.dp_guarantee(),
         }
         # every metric any seed has measured so far (DP runs add delta, noise_multiplier)
-        keys = set(REPORTED) | set(self.missing) | set().union(*self._latest)
+        keys = REPORTED | set(self.missing) | set().union(*self._latest)
         keys -= {"round", "clients"}
         for key in sorted(keys):
             values = [lat.get(key) for lat in self._latest]
