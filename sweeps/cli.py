@@ -248,9 +248,11 @@ def sweep(
         else:
             _print_plan(p)
         return
-    quiet = {"verbose": 0} if as_json else {}  # no Tune progress tables with --json
+    verbose = 0 if as_json else 1  # no Tune progress tables with --json
     _deliver(
-        as_json, lambda: run_sweep(spec, resume=resume, address=address, **quiet), _print_front
+        as_json,
+        lambda: run_sweep(spec, resume=resume, address=address, verbose=verbose),
+        _print_front,
     )
 
 
