@@ -4,12 +4,12 @@ and retried from its checkpoint, and trials spread over a 2-node Ray cluster."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.integration.sweep_helpers import (
@@ -98,14 +98,22 @@ def test_resume_after_driver_interrupt_ends_every_trial_exactly_once(
     assert client(tmp_path).get_run(doc["parent_run_id"]).info.status == "FINISHED"
 
 
-def _trial_pids(tune_dir: Path) -> list[int]:
-    """The trial actors' PIDs, as Tune records them in each trial's result.json."""
-    pids = []
-    for results in tune_dir.glob("*/result.json"):
-        lines = results.read_text().splitlines()
-        if lines:
-            pids.append(int(json.loads(lines[-1])["pid"]))
-    return pids
+def _trial_workers(driver_pid: int) -> list[psutil.Process]:
+    """The trial actors' processes: the driver's descendants that Ray titles after the trainable
+    (``ray::ResourceTrainable.train`` while a trial runs).
+
+    Read from the process tree, not from Tune's result.json, whose rows the driver writes a while
+    after the trial has saved the checkpoint it reported with them (seen empty in a CI run).
+    """
+    found = []
+    for proc in psutil.Process(driver_pid).children(recursive=True):
+        try:
+            title = " ".join(proc.cmdline())
+            if title.startswith("ray::") and "Trainable" in title:
+                found.append(proc)
+        except psutil.Error:  # ended while we looked
+            continue
+    return found
 
 
 def test_trial_worker_sigkill_is_retried_from_its_checkpoint(
@@ -127,10 +135,10 @@ def test_trial_worker_sigkill_is_retried_from_its_checkpoint(
         _wait_for(
             lambda: any(tune_dir.glob("*/checkpoint_000001")), 300, "the trial's second checkpoint"
         )
-        pids = _trial_pids(tune_dir)
-        assert pids, "no trial worker process found"
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
+        workers = _trial_workers(proc.pid)
+        assert workers, "no trial worker process found"
+        for worker in workers:
+            worker.send_signal(signal.SIGKILL)
         stdout, stderr = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
