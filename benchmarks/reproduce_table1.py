@@ -14,7 +14,7 @@ JSON object on stdout: per run, the rounds done, the last evaluated accuracies, 
 spent, the wall seconds spent so far, and the paper's figure.
 
     .venv/bin/python benchmarks/reproduce_table1.py --methods fedavg hyperfl --clients 20 \\
-        --seeds 0 --out benchmarks/out/table1 --max-minutes 50
+        --seeds 0 --max-minutes 50
 
 ``--set key=value`` overrides every run's config (``--label`` then names the variant in the run
 folders), e.g. the paper's protocol for the personalized DP baselines, whose personal parts
@@ -35,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _machine import machine  # noqa: E402
+from _runs import runs_dir  # noqa: E402
 
 from analysis.paper import ACCURACY, FMNIST_20, FMNIST_100  # noqa: E402
 from flcore.config import load_config  # noqa: E402
@@ -118,7 +119,7 @@ def main() -> None:
     ap.add_argument("--methods", nargs="+", default=["local", "fedavg", "pfedhn", "hyperfl"])
     ap.add_argument("--clients", nargs="+", type=int, default=[20], choices=[20, 100])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
-    ap.add_argument("--out", default="benchmarks/out/table1")
+    ap.add_argument("--out", default=str(runs_dir("table1")))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--checkpoint-every", type=int, default=5)

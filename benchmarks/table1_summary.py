@@ -11,8 +11,8 @@ before" by round), then a row per (method, label, clients) with the means over s
 paper. ``--plot PNG`` draws the seed means by round, before and after local training.
 ``--clients 20`` (or 100) keeps only that column's runs, e.g. to plot one setting alone.
 
-    .venv/bin/python benchmarks/table1_summary.py --out benchmarks/out/table1 --rounds 10 50 100 200
-    .venv/bin/python benchmarks/table1_summary.py --markdown --plot benchmarks/out/table1.png
+    .venv/bin/python benchmarks/table1_summary.py --rounds 10 50 100 200
+    .venv/bin/python benchmarks/table1_summary.py --markdown --plot table1.png
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _runs import runs_dir  # noqa: E402
+
 from analysis.paper import ACCURACY, FMNIST_20, FMNIST_100  # noqa: E402
 
 PAPER_ROUND = 200  # Table 1's figures are at round 200: a gap at an earlier round is not theirs
@@ -201,7 +204,7 @@ def plot_means(runs: list[dict], path: Path) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="benchmarks/out/table1")
+    ap.add_argument("--out", default=str(runs_dir("table1")))
     ap.add_argument("--rounds", nargs="+", type=int, default=[10, 50, 100, 150, 200])
     ap.add_argument(
         "--markdown", action="store_true", help="rows 'after / before' by round, then seed means"
