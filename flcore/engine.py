@@ -193,11 +193,14 @@ class Engine:
     def summary(self) -> dict[str, Any]:
         """Final metrics: the last evaluated round's accuracies and the cumulative totals."""
         last_eval = next((h for h in reversed(self.history) if h.evaluated), None)
+        # A Poisson-sampled round (client-level DP) may have no client: the client accuracies
+        # are then those of the last evaluated round that had clients.
+        with_clients = next(
+            (h for h in reversed(self.history) if h.evaluated and h.client_ids), None
+        )
         out = {
-            **{
-                k: last_eval.metrics.get(k) if last_eval else None
-                for k in (*CLIENT_ACCURACIES, "global_accuracy")
-            },
+            **{k: with_clients.metrics.get(k) if with_clients else None for k in CLIENT_ACCURACIES},
+            "global_accuracy": last_eval.metrics.get("global_accuracy") if last_eval else None,
             "rounds": self.round,
             **self.totals,
             **self.algorithm.privacy_metrics(),

@@ -42,7 +42,9 @@ def run_experiment(
     tags: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run ``cfg`` to the end (or through round ``stop_after``) and return the summary (with
-    ``run_id`` and ``metrics_path``).
+    ``run_id``, ``metrics_path`` and the algorithm's privacy tags: ``dp_guarantee``, and with DP
+    ``dp_relation`` and for client-level DP ``client_sampling``; the MLflow run carries them
+    as tags).
 
     The data is built before the MLflow run is created, so a missing dataset writes nothing.
     """
@@ -86,10 +88,10 @@ def run_experiment(
         tracker.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         raise
     overlap = data.overlap
-    guarantee = engine.algorithm.dp_guarantee()
-    tracker.set_tags(
-        {f"partition.{k}": str(v) for k, v in overlap.items()} | {"dp_guarantee": guarantee}
-    )
+    # dp_guarantee, and with DP on dp_relation (and client_sampling for client-level DP):
+    # what the run's epsilon means, read by analysis
+    privacy_tags = engine.algorithm.privacy_tags()
+    tracker.set_tags({f"partition.{k}": str(v) for k, v in overlap.items()} | privacy_tags)
     tracker.log_artifact(metrics_path)
     _log_embeddings(engine, cfg, run_dir, tracker)
     tracker.set_tags(attack_tags(summary, engine))
@@ -103,7 +105,7 @@ def run_experiment(
         "metrics_path": str(metrics_path.resolve()),
         "algorithm": cfg.algorithm,
         "dataset": cfg.dataset,
-        "dp_guarantee": guarantee,
+        **privacy_tags,
         **({"attack_grid": str(grid.resolve())} if grid is not None else {}),
     }
 

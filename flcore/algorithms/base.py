@@ -231,8 +231,9 @@ class Algorithm(ABC):
           clients (everything derived from the records is DP);
         - ``client-level``: a client's participation, against all but the noising server;
         - ``shared-only``: only the uploaded part's training is DP; a personal part trained
-          without noise on the same records leaves the upload's sensitivity unbounded, so the
-          epsilon is not a formal guarantee;
+          without noise on the same records leaves the upload's sensitivity unbounded, so there
+          is no formal guarantee: ``epsilon`` is inf and what the shared part's steps spent is
+          reported as ``epsilon_shared``;
         - ``none``: no mechanism (epsilon is inf); ``no-release``: nothing leaves the client.
         """
         if not self.uploads:
@@ -242,6 +243,25 @@ class Algorithm(ABC):
         return {"dpsgd": "isrl", "client": "client-level"}.get(
             self.privacy.mechanism, self.privacy.mechanism
         )
+
+    def privacy_tags(self) -> dict[str, str]:
+        """The tags that say what this run's ``epsilon`` means (every run is tagged with all
+        of them; analysis reads them):
+
+        - ``dp_guarantee``: always, see :meth:`dp_guarantee`;
+        - ``dp_relation``: with a DP mechanism on, the neighbouring relation of the epsilon,
+          ``add-remove`` (DP-SGD's Poisson record sampling, Poisson client sampling) or
+          ``replace-one`` (fixed-size client sampling; the replacement-sensitivity mechanisms).
+          Epsilons under different relations are not comparable;
+        - ``client_sampling``: for client-level DP, ``poisson`` or ``fixed``.
+        """
+        tags = {"dp_guarantee": self.dp_guarantee()}
+        p = self.privacy
+        if p is not None and self.uploads:
+            tags["dp_relation"] = p.relation
+            if p.mechanism == "client":
+                tags["client_sampling"] = p.client_sampling
+        return tags
 
     # ----------------------------------------------------------------- server side
     @abstractmethod
@@ -256,7 +276,11 @@ class Algorithm(ABC):
         self, round: int, rng: np.random.Generator, fraction: float, force_all: bool
     ) -> list[int]:
         """Clients that take part in ``round`` (1-based), sorted. Default: uniform without
-        replacement, ``max(1, int(fraction * N))`` of them, or all when ``force_all``."""
+        replacement, ``max(1, int(fraction * N))`` of them, or all when ``force_all``.
+
+        A DP mechanism whose guarantee depends on how clients are sampled overrides this with
+        its own scheme (client-level DP: flcore.privacy.client_level, where a Poisson round may
+        hold no client; the engine then runs the round without training)."""
         n = self.num_clients
         if force_all:
             return list(range(n))

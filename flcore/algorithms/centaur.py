@@ -23,8 +23,9 @@ Deviations, stated:
   trained with DP-SGD too and the accountant composes ``(head_epochs + local_epochs) x
   ceil(n_i / B)`` steps per round (``dp_guarantee = isrl``; the noise is calibrated for those
   steps). ``personal_dp: false`` trains the head without noise, as the paper does: the upload's
-  sensitivity is then unbounded, the reported epsilon covers only the representation steps, and
-  the run is tagged ``dp_guarantee = shared-only``.
+  sensitivity is then unbounded, the run is tagged ``dp_guarantee = shared-only`` and reports
+  ``epsilon = inf`` (no formal guarantee), with what the representation steps spent as
+  ``epsilon_shared`` (by default ``epsilon_shared`` equals ``epsilon``).
 - No private initialization phase: the paper's initialization targets its linear
   representation analysis; every client starts from the seeded initial network, as in the other
   deep baselines.
@@ -66,7 +67,7 @@ class Centaur(FedAvg):
     """A DP-trained shared representation with personal classifier heads."""
 
     name = "centaur"
-    reports = FedAvg.reports - {"global_accuracy"}
+    reports = (FedAvg.reports - {"global_accuracy"}) | {"epsilon_shared"}
     privacy_mechanisms = frozenset({"dpsgd"})
     requires_privacy = "dpsgd"
     Params = CentaurParams

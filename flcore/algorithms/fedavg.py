@@ -16,11 +16,17 @@ Privacy is a hook, not a copy: with ``privacy.mechanism: dpsgd`` local training 
 (flcore.privacy.dpsgd) and the server keeps each client's accountant (ISRL-DP); with
 ``privacy.mechanism: client`` the aggregation becomes clipped-sum-plus-noise
 (flcore.privacy.client_level). ``dp_fedavg`` and ``dp_fedavg_client`` are this class with the
-mechanism required.
+mechanism required. Client-level DP also owns client sampling (``sample_clients``): its
+accounting holds only for the scheme it draws with (``privacy.client_sampling``).
+
+A ``shared-only`` run (a personal part trained without noise, PPSGD's and CENTAUR's paper
+protocol) reports ``epsilon = inf``, its guarantee, and the shared part's spend as
+``epsilon_shared`` (``privacy_metrics``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -109,6 +115,16 @@ class FedAvg(Algorithm):
             else None
         )
 
+    def sample_clients(
+        self, round: int, rng: np.random.Generator, fraction: float, force_all: bool
+    ) -> list[int]:
+        """Client-level DP samples as its scheme says (its accounting depends on it); otherwise
+        the default fixed-size draw."""
+        client_dp = getattr(self, "_client_dp", None)  # subclasses may skip init_server
+        if client_dp is not None:
+            return client_dp.sample_clients(rng, fraction, force_all)
+        return super().sample_clients(round, rng, fraction, force_all)
+
     def broadcast(self, round: int, client_id: int) -> dict[str, torch.Tensor]:
         return self.shared_state()
 
@@ -140,8 +156,20 @@ class FedAvg(Algorithm):
         self._mean = None
 
     def privacy_metrics(self) -> dict[str, float]:
+        """The mechanism's figures. A ``shared-only`` run has no formal guarantee: its
+        ``epsilon`` is inf and the accountant's figure, what the shared part's DP steps spent,
+        is ``epsilon_shared``; an algorithm that declares ``epsilon_shared`` reports it in the
+        other modes too (there the DP steps are everything, so it equals ``epsilon``)."""
         dp = self._record_dp or self._client_dp
-        return dp.metrics() if dp is not None else super().privacy_metrics()
+        if dp is None:
+            return super().privacy_metrics()
+        metrics = dp.metrics()
+        shared_only = self.dp_guarantee() == "shared-only"
+        if shared_only or "epsilon_shared" in self.reports:
+            metrics["epsilon_shared"] = metrics["epsilon"]
+        if shared_only:
+            metrics["epsilon"] = math.inf
+        return metrics
 
     def global_model(self) -> nn.Module | None:
         return self.model

@@ -27,7 +27,9 @@ Deviations, stated:
   gradient of the same mini-batch ("local learning is perfectly private" under the paper's
   joint DP with a trusted server). Under ISRL-DP that makes the upload's sensitivity unbounded
   (``theta_i`` carries every record into the next private gradient), so such a run is tagged
-  ``dp_guarantee = shared-only`` and its epsilon covers only the global part's steps. HyperFL's
+  ``dp_guarantee = shared-only``: it reports ``epsilon = inf`` (there is no formal guarantee)
+  and what the global part's DP-SGD steps spent as ``epsilon_shared`` (in the default mode
+  ``epsilon_shared`` equals ``epsilon``: the private steps are everything). HyperFL's
   authors' code also trains its PPSGD's personal part without noise, so this is the privacy
   setting their Table 1 figure comes from; its structure differs, though: there the personal
   part is the classifier head alone (a clean step at lr 0.1) and the shared part the feature
@@ -118,6 +120,7 @@ class PPSGD(FedAvg):
     """A DP-trained global model plus a per-client additive offset kept on the client."""
 
     name = "ppsgd"
+    reports = FedAvg.reports | {"epsilon_shared"}
     privacy_mechanisms = frozenset({"dpsgd"})
     requires_privacy = "dpsgd"
     Params = PPSGDParams

@@ -1,9 +1,12 @@
-"""Resolved privacy settings, as the algorithms receive them (noise multiplier already known)."""
+"""Resolved privacy settings, as the algorithms receive them (noise multiplier already known),
+and the neighbouring relation each mechanism's epsilon is stated under."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from flcore.privacy.accounting import RELATIONS
 
 __all__ = ["PrivacySettings", "Mechanism"]
 
@@ -20,6 +23,9 @@ class PrivacySettings:
     delta: the delta epsilon is reported at.
     accountant: ``rdp``, ``prv`` or ``pld``.
     target_epsilon: the target sigma was calibrated for, if any (for the record).
+    client_sampling: how client-level DP samples the clients of a round: ``poisson`` (each
+        with probability ``client_fraction``, add/remove) or ``fixed`` (``m`` of them without
+        replacement, replace-one). Ignored by the other mechanisms.
     """
 
     mechanism: Mechanism
@@ -28,3 +34,19 @@ class PrivacySettings:
     delta: float
     accountant: str = "rdp"
     target_epsilon: float | None = None
+    client_sampling: str = "poisson"
+
+    @property
+    def relation(self) -> str:
+        """``add-remove`` or ``replace-one``: the neighbouring relation of this run's epsilon.
+
+        DP-SGD's Poisson record sampling is accounted add/remove; client-level DP follows its
+        sampling scheme; the Gaussian mechanism on class means (FedHKD) and LoDMeta's
+        perturbation bound their sensitivity under replacement of one record / one client's
+        data (``2 zeta / N_j``, ``2 M_meta``), so their epsilon is replace-one.
+        """
+        if self.mechanism == "dpsgd":
+            return "add-remove"
+        if self.mechanism == "client":
+            return RELATIONS[self.client_sampling]
+        return "replace-one"

@@ -1,8 +1,10 @@
 """PPSGD and CENTAUR on a small real FMNIST subset: what each client trains, keeps and uploads,
-and what the accountant composes."""
+what the accountant composes, and what a shared-only run reports (epsilon inf, the shared
+part's spend as epsilon_shared)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -92,6 +94,8 @@ def test_ppsgd_keeps_theta_across_rounds_and_accounts_like_dp_fedavg(data_root: 
     # 2 rounds x 1 epoch x ceil(100 / 25) steps at q = 1/4 for every client
     expected = compute_epsilon([(1.1, 0.25, 8)], 1e-5)
     assert results[-1].metrics["epsilon"] == pytest.approx(expected)
+    # fully ISRL-DP: the private steps are everything, so the shared part spent epsilon
+    assert results[-1].metrics["epsilon_shared"] == results[-1].metrics["epsilon"]
     assert results[-1].metrics["global_accuracy"] is not None
 
 
@@ -137,6 +141,7 @@ def test_centaur_accounts_for_the_head_steps_unless_told_not_to(data_root: Path)
     summary = engine.run()
     # (1 head + 1 representation epoch) x ceil(100/25) steps, 2 rounds
     assert summary["epsilon"] == pytest.approx(compute_epsilon([(1.1, 0.25, 16)], 1e-5))
+    assert summary["epsilon_shared"] == summary["epsilon"]
     assert summary["global_accuracy"] is None
 
     weak = _cfg(
@@ -146,8 +151,13 @@ def test_centaur_accounts_for_the_head_steps_unless_told_not_to(data_root: Path)
     )
     engine = build_engine(weak)
     assert engine.algorithm.dp_guarantee() == "shared-only"
-    summary = engine.run()
-    assert summary["epsilon"] == pytest.approx(compute_epsilon([(1.1, 0.25, 8)], 1e-5))
+    results = list(engine.iter_rounds())
+    summary = engine.summary()
+    # no formal guarantee: epsilon is inf, in every round; the representation steps' spend
+    # is epsilon_shared
+    assert summary["epsilon"] == math.inf
+    assert all(r.metrics["epsilon"] == math.inf for r in results)
+    assert summary["epsilon_shared"] == pytest.approx(compute_epsilon([(1.1, 0.25, 8)], 1e-5))
 
 
 def test_calibration_counts_every_dp_epoch(data_root: Path) -> None:
@@ -199,8 +209,9 @@ def test_ppsgd_without_personal_dp_steps_theta_with_the_clean_gradient(data_root
     engine = build_engine(cfg)
     assert engine.algorithm.dp_guarantee() == "shared-only"
     summary = engine.run()
-    # theta costs nothing in the accountant's eyes: the same steps as the default
-    assert summary["epsilon"] == pytest.approx(compute_epsilon([(50.0, 0.25, 8)], 1e-5))
+    assert summary["epsilon"] == math.inf  # no formal guarantee
+    # theta costs nothing in the accountant's eyes: the global part's steps, as the default's
+    assert summary["epsilon_shared"] == pytest.approx(compute_epsilon([(50.0, 0.25, 8)], 1e-5))
 
 
 def test_ppsgd_clean_theta_step_is_plain_sgd_on_the_batch(data_root: Path) -> None:

@@ -74,7 +74,8 @@ def test_client_level_dp_composes_one_release_per_round(data_root: Path) -> None
         privacy={"mechanism": "client", "noise_multiplier": 0.8, "clip": 2.0},
     )
     summary = build_engine(cfg).run()
-    # round 1 samples 2 of 4 (q = 0.5), the forced full last round has q = 1
+    # round 1 samples each client with probability q = 0.5 (Poisson, the default), the
+    # forced full last round has q = 1; both are add/remove releases
     assert summary["epsilon"] == pytest.approx(
         compute_epsilon([(0.8, 0.5, 1), (0.8, 1.0, 1)], 1e-5)
     )

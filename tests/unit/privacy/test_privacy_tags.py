@@ -1,0 +1,88 @@
+"""``Algorithm.privacy_tags()``: what each kind of run's epsilon means (issue 23 §1.1, §1.2).
+
+Built from the algorithms' constructors alone (the tags depend only on the algorithm and its
+privacy settings), so no data is loaded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from flcore.algorithms import ALGORITHMS, LocalTraining, ModelSpec
+from flcore.privacy.settings import PrivacySettings
+
+SPEC = ModelSpec("cnn_fmnist", 10, 1)
+TRAINING = LocalTraining(epochs=1, batch_size=25, lr=0.05)
+
+
+def _tags(algorithm: str, privacy: PrivacySettings | None, **params: Any) -> dict[str, str]:
+    alg = ALGORITHMS.get(algorithm)(
+        model_spec=SPEC, training=TRAINING, num_clients=4, params=params, privacy=privacy
+    )
+    return alg.privacy_tags()
+
+
+def _dp(mechanism: str, **kw: Any) -> PrivacySettings:
+    return PrivacySettings(mechanism, 1.0, 1.0, 1e-5, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "privacy", "params", "expected"),
+    [
+        (
+            "dp_fedavg",
+            _dp("dpsgd"),
+            {},
+            {"dp_guarantee": "isrl", "dp_relation": "add-remove"},
+        ),
+        (
+            "dp_fedavg_client",
+            _dp("client"),
+            {},
+            {
+                "dp_guarantee": "client-level",
+                "dp_relation": "add-remove",
+                "client_sampling": "poisson",
+            },
+        ),
+        (
+            "dp_fedavg_client",
+            _dp("client", client_sampling="fixed"),
+            {},
+            {
+                "dp_guarantee": "client-level",
+                "dp_relation": "replace-one",
+                "client_sampling": "fixed",
+            },
+        ),
+        (
+            "ppsgd",
+            _dp("dpsgd"),
+            {"personal_dp": False},
+            {"dp_guarantee": "shared-only", "dp_relation": "add-remove"},
+        ),
+        (
+            "centaur",
+            _dp("dpsgd"),
+            {"personal_dp": False},
+            {"dp_guarantee": "shared-only", "dp_relation": "add-remove"},
+        ),
+        ("fedavg", None, {}, {"dp_guarantee": "none"}),
+        ("hyperfl", None, {}, {"dp_guarantee": "none"}),
+        ("local", None, {}, {"dp_guarantee": "no-release"}),
+    ],
+)
+def test_privacy_tags(
+    algorithm: str, privacy: PrivacySettings | None, params: dict, expected: dict
+) -> None:
+    assert _tags(algorithm, privacy, **params) == expected
+
+
+def test_every_dp_mechanism_states_its_relation() -> None:
+    assert _dp("dpsgd").relation == "add-remove"
+    assert _dp("client").relation == "add-remove"
+    assert _dp("client", client_sampling="fixed").relation == "replace-one"
+    # sensitivity bounded under replacement of a record / a client's data
+    assert _dp("gaussian").relation == "replace-one"
+    assert _dp("perturbation").relation == "replace-one"
