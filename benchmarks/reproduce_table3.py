@@ -1,21 +1,29 @@
 """Reproduce HyperFL's Table 3 (IG against each method) on Fashion-MNIST, and its tailored
 attack, with the paper's protocol (appendix D.1).
 
-For each method, the 20-client Table 1 run of ``benchmarks/reproduce_table1.py`` is restored
-from its round-``--round`` checkpoint (``OUT1/<run>/checkpoint-r<R>.pt``, or its
-``checkpoint.pt`` when that one is at round R), and the privacy evaluation attacks round R+1:
-``--images`` training records of client ``--client``, each replayed alone (batch 1, one local
-step) through the method's own local update, then inverted with IG (10,000 Adam iterations at
-lr 0.1 decayed x0.1 at 3/8, 5/8, 7/8, TV 1e-6, signed, boxed; the labels given, as the paper
-assumes) and, for HyperFL, with the tailored attack too. Scores are per record on de-normalised
-images, then averaged: PSNR, SSIM and LPIPS (null here: no AlexNet weights offline).
+For each method and each attacked round R (``--attack-rounds``, default ``--round`` + 1, the
+paper's round 51; round numbers or ``first``, ``middle``, ``last``, resolved against the
+method's config's ``rounds``), the 20-client Table 1 run of ``benchmarks/reproduce_table1.py``
+is restored from its round-(R-1) checkpoint (``OUT1/<run>/checkpoint-r<R-1>.pt``, or its
+``checkpoint.pt`` when that one is at round R-1; round 1 starts from the initial model), and the
+privacy evaluation attacks round R: ``--images`` training records of client ``--client``, each
+replayed alone (batch 1, one local step) through the method's own local update, then inverted
+with IG (10,000 Adam iterations at lr 0.1 decayed x0.1 at 3/8, 5/8, 7/8, TV 1e-6, signed, boxed;
+the labels given, as the paper assumes) and, for HyperFL, with the tailored attack too. Scores
+are per record on de-normalised images, then averaged: PSNR, SSIM and LPIPS (null here: no
+AlexNet weights offline), and the calibrated ones (``leak_psnr_gain``, ``leak_identified``,
+``leak_informative`` and their ``*_informative`` forms: flcore.attacks.evaluation).
 
 A method is an algorithm (its plain run) or a variant named in ``RUNS`` (the DP baselines' paper
-protocol; HyperFL with ``head_init_scale: 0.1`` or the authors' 1). Each attack's result is
-written to ``OUT3/<attack>-<method>.json`` with its image grid beside it (``.png``); an existing
-result is reused, so the script can run in pieces. The whole table prints as one JSON object.
+protocol; HyperFL with ``head_init_scale: 0.1`` or the authors' 1). Each attack's result on
+round R is written to ``OUT3/<attack>-<method>-r<R>.json`` with its image grid beside it
+(``.png``); an existing result is reused, so the script can run in pieces (results saved before
+the calibrated metrics, ``<attack>-<method>.json``, are not). The whole table prints as one JSON
+object: ``results`` (one row per attack, method and round) and ``worst_rounds`` (per attack and
+method, the worst attacked round's ``leak_psnr_gain``, ``leak_identified`` and ``leak_lpips``).
 
     .venv/bin/python benchmarks/reproduce_table3.py --methods fedavg pfedhn dp_fedavg hyperfl
+    .venv/bin/python benchmarks/reproduce_table3.py --attack-rounds first middle last
 """
 
 from __future__ import annotations
@@ -30,10 +38,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _machine import machine  # noqa: E402
+from _runs import runs_dir  # noqa: E402
 
 from analysis.paper import ATTACK  # noqa: E402
 from flcore.algorithms import ALGORITHMS, ClientTask  # noqa: E402
-from flcore.config import load_config  # noqa: E402
+from flcore.attacks.signal import rounding_floor  # noqa: E402
+from flcore.config import SYMBOLIC_ROUNDS, load_config, resolve_round  # noqa: E402
 from flcore.experiment import build_data, build_engine  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,7 +72,15 @@ def _run(method: str) -> tuple[str, str, list[str]]:
 
 
 #: what a re-check keeps of a saved record (the attack's own scores)
-KEPT = ("psnr", "ssim", "embedding_cosine")
+KEPT = (
+    "psnr",
+    "ssim",
+    "embedding_cosine",
+    "psnr_baseline",
+    "ssim_baseline",
+    "identified",
+    "informative",
+)
 
 
 def _config(algorithm: str, extra: list[str]):  # type: ignore[no-untyped-def]
@@ -73,6 +91,8 @@ def _config(algorithm: str, extra: list[str]):  # type: ignore[no-untyped-def]
 
 
 def _checkpoint(run_dir: Path, round: int) -> Path | None:
+    if round == 0:
+        return None  # round 1 is attacked from the initial model
     kept = run_dir / f"checkpoint-r{round}.pt"
     if kept.is_file():
         return kept
@@ -80,19 +100,6 @@ def _checkpoint(run_dir: Path, round: int) -> Path | None:
     if latest.is_file() and torch.load(latest, weights_only=False)["round"] == round:
         return latest
     return None
-
-
-def _rounding_floor(start: dict, step: float) -> float:  # type: ignore[type-arg]
-    """The norm of the gradient an upload implies by float32 rounding alone: the uploaded
-    weights ``w - step * g`` are rounded to float32 (error uniform within half an ulp of each
-    weight, variance ulp^2 / 12; ``w - upload`` is then exact), divided by the step. An implied
-    gradient of about this norm is rounding noise, whatever the record."""
-    var = 0.0
-    for w in start.values():
-        a = w.detach().abs().float()
-        ulp = torch.nextafter(a, torch.full_like(a, float("inf"))) - a
-        var += float(ulp.double().pow(2).sum()) / 12
-    return var**0.5 / step
 
 
 def _gradient_check(engine, evaluator, task) -> list[dict]:  # type: ignore[no-untyped-def,type-arg]
@@ -116,10 +123,17 @@ def _gradient_check(engine, evaluator, task) -> list[dict]:  # type: ignore[no-u
             row |= {"psnr": round(score.psnr, 2), "ssim": round(score.ssim, 4)}
             if score.embedding_cos is not None:
                 row["embedding_cosine"] = round(score.embedding_cos, 4)
+            if score.psnr_base is not None:
+                row |= {
+                    "psnr_baseline": round(score.psnr_base, 2),
+                    "ssim_baseline": round(score.ssim_base, 4),
+                    "identified": score.identified,
+                    "informative": score.informative,
+                }
         surface = obs.surface
         target = obs.target()
         row["upload_grad_norm"] = sum(float(t.pow(2).sum()) for t in target.values()) ** 0.5
-        row["rounding_floor"] = _rounding_floor(
+        row["rounding_floor"] = rounding_floor(
             surface.start, float(obs.training.lr) * obs.local_steps
         )
         if all(k in state for k in surface.unknowns) and not hasattr(surface, "hnet"):
@@ -134,12 +148,14 @@ def _gradient_check(engine, evaluator, task) -> list[dict]:  # type: ignore[no-u
     return rows
 
 
-def _restored(algorithm: str, extra: list[str], spec: dict, ckpt: Path | str):  # type: ignore[no-untyped-def,type-arg]
-    """The run restored from ``ckpt`` with the evaluation ``spec``, and what the engine hands
-    the attacked client at the start of the attacked round (that round itself need not train)."""
+def _restored(algorithm: str, extra: list[str], spec: dict, ckpt: Path | str | None):  # type: ignore[no-untyped-def,type-arg]
+    """The run restored from ``ckpt`` (None: the initial model) with the evaluation ``spec``,
+    and what the engine hands the attacked client at the start of the attacked round (that
+    round itself need not train)."""
     cfg = _config(algorithm, extra + [f"attack={json.dumps(spec)}"])
     engine = build_engine(cfg, data=build_data(cfg))
-    engine.load_checkpoint(ckpt)
+    if ckpt is not None:
+        engine.load_checkpoint(ckpt)
     alg, cid, r = engine.algorithm, spec["clients"][0], spec["rounds"][0]
     alg.begin_round(r, [cid])
     return engine, ClientTask(cid, r, alg.broadcast(r, cid), engine.client_states[cid], False, 0)
@@ -162,8 +178,8 @@ def _recheck(method: str, cached: dict, args: argparse.Namespace) -> list[dict]:
     return [{k: v for k, v in row.items() if k != "psnr"} for row in rows]
 
 
-def attack_one(method: str, attack: str, args: argparse.Namespace) -> dict:  # type: ignore[type-arg]
-    out = Path(args.out) / f"{attack}-{method}.json"
+def attack_one(method: str, attack: str, attacked: int, args: argparse.Namespace) -> dict:  # type: ignore[type-arg]
+    out = Path(args.out) / f"{attack}-{method}-r{attacked}.json"
     if out.is_file():
         cached = json.loads(out.read_text())
         if args.check_cached:  # (re)do the per-record check, keeping the attack's scores
@@ -175,14 +191,14 @@ def attack_one(method: str, attack: str, args: argparse.Namespace) -> dict:  # t
             out.write_text(json.dumps(cached, indent=1))
         return cached
     algorithm, run, extra = _run(method)
-    ckpt = _checkpoint(Path(args.table1) / run, args.round)
-    if ckpt is None:
+    ckpt = _checkpoint(Path(args.table1) / run, attacked - 1)
+    if ckpt is None and attacked > 1:
         return {
             "method": method,
             "attack": attack,
-            "missing": f"no round-{args.round} checkpoint of {run}",
+            "round": attacked,
+            "missing": f"no round-{attacked - 1} checkpoint of {run}",
         }
-    attacked = args.round + 1
     spec = {
         "name": attack,
         "rounds": [attacked],
@@ -217,7 +233,7 @@ def attack_one(method: str, attack: str, args: argparse.Namespace) -> dict:  # t
         "attack": attack,
         "round": attacked,
         "client": args.client,
-        "checkpoint": str(ckpt),
+        "checkpoint": None if ckpt is None else str(ckpt),
         **{k: v for k, v in summary.items() if k.startswith("leak")},
         "wall_seconds": round(time.perf_counter() - start, 1),
         "records": per_record,
@@ -236,9 +252,16 @@ def main() -> None:
         default=["fedavg", "pfedhn", "dp_fedavg", "ppsgd", "centaur", "hyperfl"],
     )
     ap.add_argument("--tailored", action="store_true", help="also the tailored attack on hyperfl")
-    ap.add_argument("--table1", default="benchmarks/out/table1")
-    ap.add_argument("--out", default="benchmarks/out/table3")
+    ap.add_argument("--table1", default=str(runs_dir("table1")))
+    ap.add_argument("--out", default=str(runs_dir("table3")))
     ap.add_argument("--round", type=int, default=50, help="checkpointed round; R+1 is attacked")
+    ap.add_argument(
+        "--attack-rounds",
+        nargs="+",
+        default=None,
+        help="attacked rounds: numbers or first, middle, last (resolved against each method's "
+        "rounds); default: --round + 1",
+    )
     ap.add_argument("--client", type=int, default=0)
     ap.add_argument("--images", type=int, default=10)
     ap.add_argument("--iterations", type=int, default=10_000)
@@ -257,8 +280,43 @@ def main() -> None:
         if args.tailored and _run(m)[0] == "hyperfl":
             jobs.append((m, "hyperfl_tailored"))
         jobs.append((m, "ig"))
-    rows = [attack_one(m, a, args) for m, a in jobs]
-    print(json.dumps({"machine": machine(), "results": rows}, indent=1))
+    entries = args.attack_rounds or [str(args.round + 1)]
+    bad = [e for e in entries if not e.isdigit() and e not in SYMBOLIC_ROUNDS]
+    if bad or any(e.isdigit() and int(e) < 1 for e in entries):
+        ap.error(f"--attack-rounds: {bad or entries} (numbers >= 1 or first, middle, last)")
+    rows = []
+    for m, a in jobs:
+        total = _config(_run(m)[0], _run(m)[2]).rounds
+        rounds = sorted({resolve_round(int(e) if e.isdigit() else e, total) for e in entries})
+        rows += [attack_one(m, a, r, args) for r in rounds]
+    print(
+        json.dumps({"machine": machine(), "results": rows, "worst_rounds": _worst(rows)}, indent=1)
+    )
+
+
+def _worst(rows: list[dict]) -> list[dict]:  # type: ignore[type-arg]
+    """Per (attack, method): the worst attacked round's calibrated leakage (the max of each
+    round's ``leak_psnr_gain`` and ``leak_identified``, the min of its ``leak_lpips``), as
+    flcore.attacks.evaluation's ``*_worst_round`` metrics define it."""
+    out = []
+    for key in dict.fromkeys((r["attack"], r["method"]) for r in rows):
+        done = [r for r in rows if (r["attack"], r["method"]) == key and "missing" not in r]
+
+        def pick(metric: str, best, done=done):  # type: ignore[no-untyped-def]
+            values = [r[metric] for r in done if r.get(metric) is not None]
+            return best(values) if values else None
+
+        out.append(
+            {
+                "attack": key[0],
+                "method": key[1],
+                "rounds": [r["round"] for r in done],
+                "leak_psnr_gain_worst_round": pick("leak_psnr_gain", max),
+                "leak_identified_worst_round": pick("leak_identified", max),
+                "leak_lpips_worst_round": pick("leak_lpips", min),
+            }
+        )
+    return out
 
 
 if __name__ == "__main__":

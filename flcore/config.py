@@ -32,6 +32,8 @@ __all__ = [
     "OptimizerConfig",
     "PrivacyConfig",
     "AttackConfig",
+    "SYMBOLIC_ROUNDS",
+    "resolve_round",
     "load_config",
     "apply_overrides",
     "parse_overrides",
@@ -67,8 +69,14 @@ class PrivacyConfig(_Strict):
     ``mechanism``: ``dpsgd`` (record-level DP-SGD at each client, ISRL-DP), ``client``
     (client-level DP), ``gaussian`` (a noised bounded statistic, FedHKD) or ``perturbation``
     (clipped-update perturbation, LoDMeta); each algorithm says which it supports. The record
-    sampling rate of DP-SGD is ``batch_size / n_i``; the config's ``client_fraction`` is
-    clients per round (the sampling rate of client-level DP).
+    sampling rate of DP-SGD is ``batch_size / n_i``; the config's ``client_fraction`` is the
+    sampling rate of client-level DP.
+
+    ``client_sampling`` (client-level DP only; ignored by the other mechanisms): ``poisson``
+    (default, McMahan et al. 2018) samples each client with probability ``client_fraction``
+    and is accounted under add/remove; ``fixed`` samples ``max(1, int(client_fraction N))``
+    clients without replacement and is accounted under replace-one, by the ``rdp`` accountant
+    only (flcore.privacy.client_level).
     """
 
     mechanism: Literal["dpsgd", "client", "gaussian", "perturbation"] = "dpsgd"
@@ -78,6 +86,11 @@ class PrivacyConfig(_Strict):
     clip: float = Field(0.04, gt=0, description="per-sample (dpsgd) or per-update (client) norm")
     accountant: Literal["rdp", "prv", "pld"] = "rdp"
     max_noise_multiplier: float = Field(100.0, gt=0)
+    client_sampling: Literal["poisson", "fixed"] = Field(
+        "poisson",
+        description="client-level DP: poisson (q = client_fraction, add/remove) or fixed "
+        "(m clients without replacement, replace-one, rdp only)",
+    )
 
     @model_validator(mode="after")
     def _one_of(self) -> PrivacyConfig:
@@ -86,25 +99,81 @@ class PrivacyConfig(_Strict):
         return self
 
 
+#: the symbolic attacked rounds, resolved per run against its ``rounds`` (see
+#: :meth:`AttackConfig.resolved_rounds`)
+SYMBOLIC_ROUNDS = ("first", "middle", "last")
+
+
+def resolve_round(entry: int | str, rounds: int) -> int:
+    """One ``attack.rounds`` entry as a round number of a run of ``rounds`` rounds: ``first``
+    is 1, ``last`` is ``rounds``, ``middle`` is ``(rounds + 1) // 2`` (the upper middle of an
+    even count's lower half: 2 of 3, 100 of 200, 1 of 1); an int is itself."""
+    if entry == "first":
+        return 1
+    if entry == "last":
+        return rounds
+    if entry == "middle":
+        return (rounds + 1) // 2
+    return int(entry)
+
+
 class AttackConfig(_Strict):
     """A privacy evaluation of the run's uploads (flcore.attacks.evaluation): HyperFL's
     protocol by default, IG on 10 records of client 0, one record and one local step per
-    replayed upload, in the last round."""
+    replayed upload, labels given, in the last round (a sweep's default: first, middle, last).
+
+    ``rounds`` holds round numbers and the names ``first``, ``middle`` and ``last``, resolved
+    per run against its own ``rounds`` (so a schedule survives a searched ``rounds``).
+    ``identify_k`` is K of ``leak_identified``: how many other records of the same class each
+    reconstruction must be closer to its own record than."""
 
     name: str = "ig"
-    rounds: list[int] | None = Field(None, description="attacked rounds; None: the last one")
+    rounds: list[int | str] | None = Field(
+        None, description="attacked rounds (numbers, first, middle, last); None: the last one"
+    )
     clients: list[int] = Field(default_factory=lambda: [0], min_length=1)
     images: int = Field(10, ge=1, description="records attacked per (round, client)")
     iterations: int | None = Field(None, ge=1, description="None: the attack's default")
     local_steps: int = Field(1, ge=1, description="local steps of each replayed update")
     batch: int = Field(1, ge=1, description="records per replayed upload (the paper: 1)")
     labels: Literal["auto", "given"] = Field(
-        "auto", description="auto: recovered (iDLG) where the upload allows it, else given"
+        "given",
+        description="given: the attacker knows the labels (the paper's protocol, the worst "
+        "case); auto: recovered (iDLG) where the upload allows it, else given",
+    )
+    identify_k: int = Field(
+        20, ge=1, description="leak_identified: same-class decoys per attacked record"
     )
     seed: int = Field(0, ge=0)
     params: dict[str, Any] = Field(
         default_factory=dict, description="the attack's own knobs (e.g. tv, lr, signed)"
     )
+
+    @field_validator("rounds", mode="before")
+    @classmethod
+    def _rounds(cls, v: Any) -> Any:
+        # Checked by hand: pydantic's union errors would name ``rounds.0.int`` and coerce
+        # ``true`` to round 1.
+        if v is None:
+            return v
+        if not isinstance(v, list | tuple) or not v:
+            raise ValueError(
+                f"must be a non-empty list of round numbers or {', '.join(SYMBOLIC_ROUNDS)}, "
+                f"got {v!r}"
+            )
+        for entry in v:
+            ok_int = isinstance(entry, int) and not isinstance(entry, bool) and entry >= 1
+            if not ok_int and entry not in SYMBOLIC_ROUNDS:
+                raise ValueError(
+                    f"{entry!r} is not a round: give numbers >= 1 or {', '.join(SYMBOLIC_ROUNDS)}"
+                )
+        return list(v)
+
+    def resolved_rounds(self, rounds: int) -> tuple[int, ...]:
+        """The attacked round numbers of a run of ``rounds`` rounds, sorted, each once (None:
+        the last round)."""
+        entries = self.rounds if self.rounds is not None else ["last"]
+        return tuple(sorted({resolve_round(e, rounds) for e in entries}))
 
 
 class ExperimentConfig(_Strict):
@@ -230,6 +299,14 @@ def _check_names(cfg: ExperimentConfig) -> None:
             "privacy.mechanism",
             f"{cfg.algorithm} cannot run with {cfg.privacy.mechanism!r} (supported: {supported})",
         )
+    p = cfg.privacy
+    fixed_size = p is not None and p.mechanism == "client" and p.client_sampling == "fixed"
+    if fixed_size and p is not None and p.accountant != "rdp":
+        raise ConfigError(
+            "privacy.accountant",
+            f"{p.accountant!r} cannot account fixed-size client sampling (replace-one "
+            "relation): use accountant rdp, or client_sampling poisson",
+        )
     if cfg.attack is not None:
         _check_attack(cfg, cfg.attack)
     if alg.requires_privacy and cfg.privacy is None:
@@ -254,7 +331,8 @@ def _check_attack(cfg: ExperimentConfig, a: AttackConfig) -> None:
             "attack.name",
             f"{a.name} attacks {', '.join(sorted(supported))} uploads, not {cfg.algorithm!r}",
         )
-    for r in a.rounds or []:
+    for entry in a.rounds or []:
+        r = resolve_round(entry, cfg.rounds)
         if not 1 <= r <= cfg.rounds:
             raise ConfigError("attack.rounds", f"round {r} is not in 1..{cfg.rounds}")
     for c in a.clients:

@@ -23,8 +23,10 @@ def resolve_privacy(cfg: ExperimentConfig, data: FederatedData) -> PrivacySettin
 
     DP-SGD is calibrated for the worst client: the highest record sampling rate (smallest
     client) and the most steps (largest client: ``Algorithm.dp_epochs`` epochs of
-    ``ceil(n_i / B)`` steps), in every round. Client-level DP composes
-    ``rounds`` releases at ``max(1, int(fraction N)) / N``, the last at 1 when it is forced full.
+    ``ceil(n_i / B)`` steps), in every round. Client-level DP composes ``rounds`` releases
+    with the events its sampling scheme is accounted with (flcore.privacy.client_level):
+    Poisson at ``q = fraction`` (add/remove), or fixed-size ``max(1, int(fraction N))`` of
+    ``N`` (replace-one); the last at ``q = 1`` when it is forced full.
     """
     p = cfg.privacy
     if p is None:
@@ -43,19 +45,31 @@ def resolve_privacy(cfg: ExperimentConfig, data: FederatedData) -> PrivacySettin
             schedule = [(1.0, cfg.rounds)]  # at most one release per client and round
         else:
             n = cfg.num_clients
-            q = max(1, int(cfg.client_fraction * n)) / n
+            if p.client_sampling == "fixed":
+                q = max(1, int(cfg.client_fraction * n)) / n
+            else:
+                q = cfg.client_fraction
             full_last = cfg.full_last_round and q < 1
             schedule = [(q, cfg.rounds - int(full_last))] + ([(1.0, 1)] if full_last else [])
             schedule = [(a, b) for a, b in schedule if b > 0]
+        fixed_size = p.mechanism == "client" and p.client_sampling == "fixed"
         sigma = calibrate_history(
             p.target_epsilon,
             p.delta,
             schedule,
             accountant=p.accountant,
             max_noise_multiplier=p.max_noise_multiplier,
+            sampling="fixed" if fixed_size else "poisson",
+            population=cfg.num_clients if fixed_size else None,
         )
     return PrivacySettings(
-        p.mechanism, float(sigma), p.clip, p.delta, p.accountant, p.target_epsilon
+        p.mechanism,
+        float(sigma),
+        p.clip,
+        p.delta,
+        p.accountant,
+        p.target_epsilon,
+        client_sampling=p.client_sampling,
     )
 
 
@@ -80,14 +94,15 @@ def build_data(cfg: ExperimentConfig) -> FederatedData:
 
 
 def attack_probe(cfg: ExperimentConfig, factory: AlgorithmFactory) -> Any:
-    """The privacy evaluation ``cfg.attack`` asks for, as an engine probe."""
+    """The privacy evaluation ``cfg.attack`` asks for, as an engine probe (its symbolic rounds
+    resolved against ``cfg.rounds``)."""
     from flcore.attacks.evaluation import AttackSettings, LeakageEvaluator
 
     a = cfg.attack
     assert a is not None
     settings = AttackSettings(
         name=a.name,
-        rounds=tuple(a.rounds or [cfg.rounds]),
+        rounds=a.resolved_rounds(cfg.rounds),  # first/middle/last of this run's rounds
         clients=tuple(a.clients),
         images=a.images,
         batch=a.batch,
@@ -95,6 +110,7 @@ def attack_probe(cfg: ExperimentConfig, factory: AlgorithmFactory) -> Any:
         labels=a.labels,
         params=dict(a.params) | ({"iterations": a.iterations} if a.iterations else {}),
         seed=a.seed,
+        identify_k=a.identify_k,
     )
     return LeakageEvaluator(settings, factory)
 

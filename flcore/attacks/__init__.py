@@ -2,7 +2,9 @@
 
 Importing this package registers every attack in :data:`ATTACKS`. See :mod:`.base` for the
 contract, :mod:`.surface` for how an upload becomes a gradient to match, :mod:`.evaluation` for
-the replay protocol that any experiment or sweep trial can run.
+the replay protocol that any experiment or sweep trial can run, :mod:`.baselines` for what a
+guess without the upload achieves (the calibrated metrics) and :mod:`.signal` for whether an
+upload carries any gradient at all.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The privacy evaluation any experiment (and so any sweep trial) can run: HyperFL's protocol.
+"""The privacy evaluation any experiment (and so any sweep trial) can run: HyperFL's protocol,
+scored against what a guess without the upload achieves.
 
 At each chosen round, for each chosen client, ``images`` of the client's training records are
 drawn (seeded). For each upload of ``batch`` records (1 in the paper's tables) the client's own
@@ -6,15 +7,49 @@ local update of that round is replayed on just those records, ``local_steps`` st
 algorithm's own ``local_update`` and upload code, from the very payload and private state the
 engine gives the client that round. The server's view of that upload (an
 :class:`~flcore.attacks.base.Observation`) goes to the attack, and the reconstructions are
-scored against the real records on de-normalised ``[0, 1]`` images: PSNR, SSIM and (with real
-AlexNet weights) LPIPS per record, then the mean over every attacked (round, client, record)
-and the worst case (``leak_psnr_max``, ``leak_ssim_max``, ``leak_lpips_min``).
+scored against the real records on de-normalised ``[0, 1]`` images.
 
-The replay runs in the engine's process before the round's clients train, on a separate
-instance of the algorithm, so it changes nothing in the run: no server state, no client
+Raw scores, per record, then the mean over every attacked (round, client, record) and the worst
+case: ``leak_psnr``, ``leak_ssim``, ``leak_lpips`` (with real AlexNet weights),
+``leak_psnr_max``, ``leak_ssim_max``, ``leak_lpips_min``.
+
+Calibrated scores (:mod:`flcore.attacks.baselines`): per record, the baseline is the best
+PSNR (SSIM) of the no-information guesses (the client-train pool's mean image; the class mean
+too when labels are given), and
+
+- ``leak_psnr_gain`` (``leak_ssim_gain``): the mean over records of ``max(0, attack -
+  baseline)``; clamped per record, so a noisy reconstruction below the baseline never counts
+  as "more private than nothing";
+- ``leak_identified``: the excess over chance ``max(0, (a - c) / (1 - c))`` of the fraction
+  ``a`` of records whose reconstruction is closer to them than to each of ``identify_k`` decoys
+  of their class, ``c = 1 / (K + 1)``;
+- ``leak_psnr_baseline``, ``leak_ssim_baseline``: the mean baselines, for reference.
+
+Informative uploads (:mod:`flcore.attacks.signal`): ``leak_informative`` counts the records
+whose own noise-free replayed update implies a gradient above twice the float32 rounding
+floor. The noise-free replay is a second instance of the algorithm built from the same factory
+keyword arguments with ``privacy.noise_multiplier`` set to 0: the same clipping, the same
+client stream (DP-SGD draws its noise even at sigma 0, so record sampling is unchanged), no
+noise; without DP the attacked upload itself is used. ``leak_psnr_gain_informative`` and
+``leak_identified_informative`` are the calibrated scores over those records only (null when
+there is none).
+
+Rounds: :meth:`LeakageEvaluator.round_metrics` gives, at each attacked round, that round's
+own values under the names above (so each metric's MLflow history is per round), plus
+``leak_psnr_gain_worst_round`` and ``leak_identified_worst_round`` (the max over the rounds
+attacked so far of each round's value) and ``leak_lpips_worst_round`` (the min: lower LPIPS
+leaks more). :meth:`LeakageEvaluator.summary` gives the same names over every attacked record of
+the run (``leak_informative`` then counts them all) and the worst rounds over every attacked
+round. A sweep trial reports its latest round metrics, so there the plain names are the last
+attacked round's values and the ``*_worst_round`` ones cover the whole schedule.
+
+The replay runs in the engine's process before the round's clients train, on separate
+instances of the algorithm, so it changes nothing in the run: no server state, no client
 state, no random stream of the training (its own streams are derived from the seed, the
 round and the client). An algorithm that uploads nothing (``local``) has nothing to attack:
-its leakage metrics are null with the reason ``nothing uploaded``.
+its raw leakage metrics are null with the reason ``nothing uploaded``, and its calibrated ones
+are declared (:data:`NOTHING_UPLOADED_LEAKAGE`): nothing can be recovered beyond a guess, so
+every gain and identification is 0, and no record is informative.
 """
 
 from __future__ import annotations
@@ -28,13 +63,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from flcore.algorithms.base import ClientData, ClientTask
+from flcore.algorithms.base import ALGORITHMS, ClientData, ClientTask
 from flcore.attacks.base import ATTACKS, Observation
+from flcore.attacks.baselines import RecordPrior, baseline_scores, chance_corrected, identify
 from flcore.attacks.metrics import LPIPS, match_to_truth, psnr, ssim
-from flcore.data import ArrayDataset
+from flcore.attacks.signal import INFORMATIVE_FACTOR, implied_gradient_norm, rounding_floor
+from flcore.data import ArrayDataset, FederatedData
 from flcore.executor import AlgorithmFactory, client_generator, one_torch_thread
 
-__all__ = ["AttackSettings", "LeakageEvaluator", "LEAK_METRICS", "NOTHING_UPLOADED"]
+__all__ = [
+    "AttackSettings",
+    "LeakageEvaluator",
+    "LEAK_METRICS",
+    "NOTHING_UPLOADED",
+    "NOTHING_UPLOADED_LEAKAGE",
+]
 
 NOTHING_UPLOADED = "nothing uploaded"
 #: the summary metrics an evaluation reports (null where not measurable)
@@ -45,7 +88,30 @@ LEAK_METRICS = (
     "leak_psnr_max",
     "leak_ssim_max",
     "leak_lpips_min",
+    "leak_psnr_baseline",
+    "leak_ssim_baseline",
+    "leak_psnr_gain",
+    "leak_ssim_gain",
+    "leak_identified",
+    "leak_informative",
+    "leak_psnr_gain_informative",
+    "leak_identified_informative",
+    "leak_psnr_gain_worst_round",
+    "leak_identified_worst_round",
+    "leak_lpips_worst_round",
 )
+#: the values an algorithm that uploads nothing declares: its true calibrated leakage (nothing
+#: can be recovered beyond a guess) and its informative uploads (none); raw scores stay null
+NOTHING_UPLOADED_LEAKAGE: Mapping[str, float] = {
+    "leak_psnr_gain": 0.0,
+    "leak_ssim_gain": 0.0,
+    "leak_identified": 0.0,
+    "leak_informative": 0.0,
+    "leak_psnr_gain_informative": 0.0,
+    "leak_identified_informative": 0.0,
+    "leak_psnr_gain_worst_round": 0.0,
+    "leak_identified_worst_round": 0.0,
+}
 
 
 @dataclass(frozen=True)
@@ -54,15 +120,16 @@ class AttackSettings:
 
     Attributes:
         name: the registered attack.
-        rounds: rounds whose uploads are attacked (1-based).
+        rounds: rounds whose uploads are attacked (1-based, already resolved).
         clients: attacked client ids.
         images: records attacked per (round, client).
         batch: records per replayed upload (``images`` is a multiple of it).
         local_steps: local steps of the replayed update.
-        labels: ``auto`` (recovered by iDLG where the upload allows it, else given) or
-            ``given``.
+        labels: ``given`` (the attacker knows them) or ``auto`` (recovered by iDLG where the
+            upload allows it, else given).
         params: the attack's own validated parameters (iterations included).
-        seed: seed of the record draw and of the replay's streams.
+        seed: seed of the record draw, the decoys and the replay's streams.
+        identify_k: decoys per record of ``leak_identified``.
     """
 
     name: str
@@ -71,13 +138,16 @@ class AttackSettings:
     images: int = 10
     batch: int = 1
     local_steps: int = 1
-    labels: str = "auto"
+    labels: str = "given"
     params: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
+    identify_k: int = 20
 
 
 @dataclass
 class _Record:
+    """One attacked record's scores (``None``: not measured, e.g. in an older checkpoint)."""
+
     round: int
     client: int
     psnr: float
@@ -85,6 +155,44 @@ class _Record:
     lpips: float | None
     label_ok: float | None
     embedding_cos: float | None = None
+    psnr_base: float | None = None
+    ssim_base: float | None = None
+    identified: float | None = None
+    chance: float | None = None
+    informative: bool | None = None
+
+
+@dataclass
+class _Upload:
+    """A replayed upload: what the server sees, the records behind it (their ids in the train
+    split) and, per record, whether the noise-free update carries gradient."""
+
+    observation: Observation
+    records: ArrayDataset
+    ids: np.ndarray
+    informative: bool | None
+
+
+def _gain(value: float, base: float) -> float:
+    return max(0.0, value - base)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return float(np.mean(values)) if len(values) else None
+
+
+def _calibrated(records: Sequence[_Record]) -> dict[str, float | None]:
+    """``leak_psnr_gain``, ``leak_ssim_gain`` and ``leak_identified`` of ``records``."""
+    based = [r for r in records if r.psnr_base is not None and r.ssim_base is not None]
+    tested = [r for r in records if r.identified is not None and r.chance is not None]
+    return {
+        "leak_psnr_gain": _mean([_gain(r.psnr, r.psnr_base) for r in based]),  # type: ignore[arg-type]
+        "leak_ssim_gain": _mean([_gain(r.ssim, r.ssim_base) for r in based]),  # type: ignore[arg-type]
+        "leak_identified": chance_corrected(
+            [r.identified for r in tested],  # type: ignore[misc]
+            [r.chance for r in tested],  # type: ignore[misc]
+        ),
+    }
 
 
 class LeakageEvaluator:
@@ -109,6 +217,15 @@ class LeakageEvaluator:
         training = factory.kwargs["training"]
         self.training = replace(training, epochs=settings.local_steps, batch_size=settings.batch)
         self.factory = AlgorithmFactory(factory.name, factory.kwargs | {"training": self.training})
+        self.uploads = bool(ALGORITHMS.get(factory.name).uploads)
+        privacy = factory.kwargs.get("privacy")
+        # The noise-free twin of the replay (module doc); None where there is no noise.
+        self.clean_factory: AlgorithmFactory | None = None
+        if privacy is not None and float(getattr(privacy, "noise_multiplier", 0.0)) > 0:
+            clean = replace(privacy, noise_multiplier=0.0)
+            self.clean_factory = AlgorithmFactory(
+                factory.name, self.factory.kwargs | {"privacy": clean}
+            )
         self.attack = ATTACKS.create(
             settings.name,
             params=dict(settings.params),
@@ -122,6 +239,8 @@ class LeakageEvaluator:
         self.label_source: str | None = None
         self.skipped: list[str] = []
         self._replayer: Any = None
+        self._clean_replayer: Any = None
+        self._prior: RecordPrior | None = None
         self._round_start = 0
 
     # ------------------------------------------------------------------ probe hooks
@@ -142,21 +261,26 @@ class LeakageEvaluator:
             self._attack_client(engine, round, task)
 
     def round_metrics(self, round: int) -> dict[str, float | None]:
-        """The leakage of this round's attacks (empty when it attacked nothing)."""
-        return (
-            self._aggregate(self.records[self._round_start :])
-            if round in self.settings.rounds
-            else {}
-        )
+        """The leakage of this round's attacks and the worst round so far (empty when it
+        attacked nothing; the declared values where nothing is uploaded)."""
+        if round not in self.settings.rounds:
+            return {}
+        if not self.uploads:
+            return dict(NOTHING_UPLOADED_LEAKAGE)
+        here = self.records[self._round_start :]
+        if not here:
+            return {}
+        return self._aggregate(here) | self._worst_rounds(self.records)
 
     def summary(self, engine: Any) -> dict[str, Any]:
         """The final leakage metrics, over every attacked (round, client, record)."""
         out: dict[str, Any] = {k: None for k in LEAK_METRICS}
         out |= {"leak_images": 0, "leak_iterations": self._iterations()}
         if not engine.algorithm.uploads:
+            out |= NOTHING_UPLOADED_LEAKAGE
             out["leak_reason"] = NOTHING_UPLOADED
             return out
-        out |= self._aggregate(self.records)
+        out |= self._aggregate(self.records) | self._worst_rounds(self.records)
         if not self.records:
             out["leak_reason"] = "; ".join(self.skipped) or "no attacked round was reached"
         if self.lpips.reason is not None:
@@ -172,72 +296,140 @@ class LeakageEvaluator:
         n = min(self.settings.images, n_train)
         return rng.choice(n_train, size=n, replace=False)
 
-    def observe(
-        self, engine: Any, round: int, task: ClientTask
-    ) -> tuple[list[Observation], list[ArrayDataset]]:
-        """Replay ``task``'s client on its drawn records (``batch`` per upload) and return
-        what the server sees of each replayed upload, with the records behind it."""
+    def prior(self, data: FederatedData) -> RecordPrior:
+        """The attacker's no-upload knowledge: the client-train pool (built once)."""
+        if self._prior is None:
+            pool = np.concatenate([np.asarray(a) for a in data.train.client_indices])
+            train = data.splits.train
+            self._prior = RecordPrior.from_pool(train.images, train.labels, pool)
+        return self._prior
+
+    def _replay(self, engine: Any, round: int, task: ClientTask) -> list[_Upload]:
         s, data = self.settings, engine.data
         cid = task.client_id
         if self._replayer is None:
             self._replayer = self.factory()
+        if self.clean_factory is not None and self._clean_replayer is None:
+            self._clean_replayer = self.clean_factory()
         train = data.client_train(cid)
+        ids = np.asarray(data.train.client_indices[cid], dtype=np.int64)
         picks = self._draw(round, cid, len(train))
         surface = engine.algorithm.attack_surface(task.payload, cid)
-        observations, truths = [], []
+        floor = rounding_floor(surface.start, float(self.training.lr) * s.local_steps)
+        out = []
         for start in range(0, len(picks), s.batch):
             idx = torch.from_numpy(picks[start : start + s.batch])
             records = ArrayDataset(train.images[idx], train.labels[idx])
             cdata = ClientData(cid, records, data.client_test(cid), data.info)
             replay_task = replace(task, evaluate=False)
-            gen = client_generator(s.seed ^ 0xA77, round, cid * 100_003 + start)
+            stream = (s.seed ^ 0xA77, round, cid * 100_003 + start)
             with one_torch_thread():
-                result = self._replayer.local_update(cdata, replay_task, gen)
-            observations.append(
-                Observation(
-                    algorithm=engine.algorithm.name,
-                    round=round,
-                    client_id=cid,
-                    upload=result.upload,
-                    broadcast=task.payload,
-                    surface=surface,
-                    training=self.training,
-                    local_steps=s.local_steps,
-                    num_records=len(idx),
-                    info=data.info,
-                    image_shape=tuple(train.images.shape[1:]),
-                    labels=records.labels,
-                    recover_labels=s.labels == "auto",
-                )
+                result = self._replayer.local_update(cdata, replay_task, client_generator(*stream))
+                clean = result.upload
+                if self._clean_replayer is not None:
+                    clean = self._clean_replayer.local_update(
+                        cdata, replay_task, client_generator(*stream)
+                    ).upload
+            norm = implied_gradient_norm(surface, clean, self.training, s.local_steps)
+            obs = Observation(
+                algorithm=engine.algorithm.name,
+                round=round,
+                client_id=cid,
+                upload=result.upload,
+                broadcast=task.payload,
+                surface=surface,
+                training=self.training,
+                local_steps=s.local_steps,
+                num_records=len(idx),
+                info=data.info,
+                image_shape=tuple(train.images.shape[1:]),
+                labels=records.labels,
+                recover_labels=s.labels == "auto",
             )
-            truths.append(records)
-        return observations, truths
+            out.append(_Upload(obs, records, ids[idx.numpy()], norm > INFORMATIVE_FACTOR * floor))
+        return out
+
+    def observe(
+        self, engine: Any, round: int, task: ClientTask
+    ) -> tuple[list[Observation], list[ArrayDataset]]:
+        """Replay ``task``'s client on its drawn records (``batch`` per upload) and return
+        what the server sees of each replayed upload, with the records behind it."""
+        uploads = self._replay(engine, round, task)
+        return [u.observation for u in uploads], [u.records for u in uploads]
 
     def _attack_client(self, engine: Any, round: int, task: ClientTask) -> None:
         cid = task.client_id
-        observations, truths = self.observe(engine, round, task)
+        uploads = self._replay(engine, round, task)
         t0 = time.perf_counter()
         with one_torch_thread():  # repeatable to the bit on any machine, as the clients are
-            recons = self.attack.reconstruct_many(observations)
+            recons = self.attack.reconstruct_many([u.observation for u in uploads])
         self.seconds += time.perf_counter() - t0
-        for obs, rec, records in zip(observations, recons, truths, strict=True):
-            self._score(round, cid, obs, rec, records, task)
+        prior = self.prior(engine.data)
+        for up, rec in zip(uploads, recons, strict=True):
+            self.label_source = rec.label_source
+            emb = rec.extra.get("embedding")
+            cos = None
+            if emb is not None and isinstance(task.state, Mapping) and "embedding" in task.state:
+                true = task.state["embedding"].flatten().float()
+                cos = float(torch.nn.functional.cosine_similarity(emb.flatten(), true, dim=0))
+            self._score(
+                prior, round, cid, up.records, up.ids, rec.images, rec.labels, up.informative, cos
+            )
 
-    def _score(self, round, cid, obs, rec, records, task) -> None:  # type: ignore[no-untyped-def]
+    def score_reconstructions(
+        self,
+        engine: Any,
+        round: int,
+        client: int,
+        picks: np.ndarray,
+        images: torch.Tensor,
+    ) -> None:
+        """Score ``images`` (``[n, C, H, W]`` in ``[0, 1]``) as reconstructions of ``client``'s
+        training records ``picks`` (indices into its train set), exactly as an attack's
+        reconstructions are scored (no attack runs; labels are taken as right, and whether the
+        uploads were informative is unknown). For baselines and tests."""
+        train = engine.data.client_train(client)
+        idx = torch.as_tensor(np.asarray(picks, dtype=np.int64))
+        records = ArrayDataset(train.images[idx], train.labels[idx])
+        ids = np.asarray(engine.data.train.client_indices[client], dtype=np.int64)[idx.numpy()]
+        self._round_start = len(self.records)
+        self._score(
+            self.prior(engine.data), round, client, records, ids, images, records.labels, None
+        )
+
+    def _score(
+        self,
+        prior: RecordPrior,
+        round: int,
+        cid: int,
+        records: ArrayDataset,
+        ids: np.ndarray,
+        rec_images: torch.Tensor,
+        rec_labels: torch.Tensor,
+        informative: bool | None,
+        cos: float | None = None,
+    ) -> None:
+        s = self.settings
         truth = records.images.float() / 255.0
-        order = match_to_truth(rec.images, truth) if len(truth) > 1 else torch.arange(1)
-        images = rec.images[order]
-        labels = rec.labels.reshape(-1)[order] if rec.labels.numel() == len(order) else rec.labels
+        order = match_to_truth(rec_images, truth) if len(truth) > 1 else torch.arange(1)
+        images = rec_images[order]
+        flat = rec_labels.reshape(-1)
+        labels = flat[order] if flat.numel() == len(order) else flat
         p, q = psnr(images, truth), ssim(images, truth)
         lp = self.lpips(images, truth)
-        self.label_source = rec.label_source
-        emb = rec.extra.get("embedding")
-        cos = None
-        if emb is not None and isinstance(task.state, Mapping) and "embedding" in task.state:
-            true = task.state["embedding"].flatten().float()
-            cos = float(torch.nn.functional.cosine_similarity(emb.flatten(), true, dim=0))
+        known = s.labels == "given"
+        guesses, decoys = [], []
+        for i in range(len(truth)):
+            label = int(records.labels[i])
+            guesses.append(prior.guesses(records.images[i], label, labels_known=known))
+            rng = np.random.default_rng([s.seed, 0x1D, round, cid, int(ids[i])])
+            picked = prior.decoys(records.images[i], label, int(ids[i]), s.identify_k, rng)
+            decoys.append(picked.float() / 255.0)
+        bases = baseline_scores(guesses, truth)
+        tests = identify(images, truth, decoys, self.lpips)
         for i in range(len(truth)):
             ok = float(int(labels.reshape(-1)[i]) == int(records.labels[i]))
+            (psnr_base, ssim_base), test = bases[i], tests[i]
             self.records.append(
                 _Record(
                     round,
@@ -247,6 +439,11 @@ class LeakageEvaluator:
                     None if lp is None else float(lp[i]),
                     ok,
                     cos,
+                    psnr_base,
+                    ssim_base,
+                    None if test is None else float(test.identified),
+                    None if test is None else test.chance,
+                    informative,
                 )
             )
             if len(self.grid) < self.grid_images:
@@ -275,7 +472,41 @@ class LeakageEvaluator:
             out["leak_embedding_cosine"] = float(np.mean(cos))
         if math.isinf(out["leak_psnr"]):  # an exact copy: say so rather than average inf
             out["leak_psnr"] = float("inf")
+        out["leak_psnr_baseline"] = _mean([r.psnr_base for r in records if r.psnr_base is not None])  # type: ignore[misc]
+        out["leak_ssim_baseline"] = _mean([r.ssim_base for r in records if r.ssim_base is not None])  # type: ignore[misc]
+        out |= _calibrated(records)
+        decided = [r for r in records if r.informative is not None]
+        informative = [r for r in decided if r.informative]
+        out["leak_informative"] = float(len(informative)) if decided else None
+        if informative:
+            cal = _calibrated(informative)
+            out["leak_psnr_gain_informative"] = cal["leak_psnr_gain"]
+            out["leak_identified_informative"] = cal["leak_identified"]
+        else:
+            out["leak_psnr_gain_informative"] = out["leak_identified_informative"] = None
         return out
+
+    def _worst_rounds(self, records: Sequence[_Record]) -> dict[str, float | None]:
+        """The worst attacked round's value of the calibrated scores and LPIPS: the max of
+        each round's gain and identification, the min of its LPIPS."""
+        by_round: dict[int, list[_Record]] = {}
+        for r in records:
+            by_round.setdefault(r.round, []).append(r)
+        per = [_calibrated(rs) for rs in by_round.values()]
+        lpips = [
+            _mean([r.lpips for r in rs if r.lpips is not None])  # type: ignore[misc]
+            for rs in by_round.values()
+        ]
+
+        def pick(values: Sequence[float | None], best: Any) -> float | None:
+            known = [v for v in values if v is not None]
+            return float(best(known)) if known else None
+
+        return {
+            "leak_psnr_gain_worst_round": pick([p["leak_psnr_gain"] for p in per], max),
+            "leak_identified_worst_round": pick([p["leak_identified"] for p in per], max),
+            "leak_lpips_worst_round": pick(lpips, min),
+        }
 
     def grid_tensors(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(originals, reconstructions)`` of the first attacked records, or None."""
@@ -293,6 +524,7 @@ class LeakageEvaluator:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        # Records of older checkpoints lack the calibrated fields: they load as not measured.
         self.records = [_Record(**r) for r in state["records"]]
         self.grid = list(state["grid"])
         self.seconds = float(state["seconds"])

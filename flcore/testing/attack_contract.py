@@ -7,8 +7,9 @@ tensors (the upload, the broadcast, everything the surface carries) are compared
 client's private state at that round (the state the engine keeps for it, after a round of
 training, so it has left its public initial value): none may equal one of them or share its
 memory. The upload must be exactly what the replayed ``local_update`` sent, and the surface must
-simulate it: its gradient has the uploaded tensors' names and shapes. An algorithm that uploads
-nothing has no surface and reports ``nothing uploaded``.
+simulate it: its gradient has the uploaded tensors' names and shapes. Under the default
+evaluation every algorithm's attacker is given the true labels (one threat model for all). An
+algorithm that uploads nothing has no surface and reports ``nothing uploaded``.
 
 For attacks: on a real one-record FedAvg observation, ``reconstruct`` returns one ``[0, 1]``
 image of the record's shape and a label, says where the label came from, and is repeatable.
@@ -92,6 +93,8 @@ def check_observation_is_the_servers_view(cfg: ExperimentConfig, data: Federated
         return
     assert len(obs) == 1
     o = obs[0]
+    # one threat model for every algorithm: by default the attacker is given the true labels
+    assert not o.recover_labels and o.labels is not None, f"{alg.name}: labels not given"
     private = [t for t in _tensors(task.state) if t.numel() > 1]
     seen = [
         *_tensors(dict(o.upload)),
