@@ -6,6 +6,13 @@ which then stops the whole group in order: SIGTERM, a grace period, SIGKILL for 
 left, then a wait until no process of the group is alive). The MLflow server is the lean one:
 one uvicorn worker, job execution and telemetry off (two processes, about 570 MB, instead of
 fifteen).
+
+``ui --optuna`` finds a sweep's Optuna store as the sweep does (:mod:`sweeps.study_store`): from
+its spec (the store its spec record names: ``<name>.optuna.db``, ``<name>.optuna.journal`` or a
+database URL; the shared ``optuna.db`` for sweeps made before per-sweep stores), or from
+``--storage``: a URL, a store file, or a ``storage.path`` folder. optuna-dashboard 0.21 opens a
+journal file given as a plain path (any existing file without the sqlite header), which is what
+it is given. Stores are only read here, never created.
 """
 
 from __future__ import annotations
@@ -15,7 +22,6 @@ import os
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -24,6 +30,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 __all__ = [
     "HOST",
@@ -39,7 +46,7 @@ __all__ = [
 ]
 
 HOST = "127.0.0.1"
-DEFAULT_OPTUNA_STORAGE = Path("sweeps_out") / "optuna.db"
+DEFAULT_STORAGE_DIR = Path("sweeps_out")  # storage.path's default
 
 
 class DashboardError(ValueError):
@@ -94,17 +101,91 @@ class OptunaTarget:
 
     def url(self, port: int) -> str:
         base = f"http://{HOST}:{port}"
-        return f"{base}/dashboard/studies/{self.study_id}" if self.study_id else f"{base}/"
+        # a journal numbers its studies from 0
+        return (
+            f"{base}/dashboard/studies/{self.study_id}" if self.study_id is not None else f"{base}/"
+        )
 
 
-def _studies(path: Path) -> dict[str, int]:
-    """Study names and ids of an Optuna sqlite file, read-only (nothing is created)."""
+def _file_target(
+    file: Path,
+    storage: str,
+    study: str | None,
+    kind: Literal["sqlite", "journal"],
+    *,
+    only: bool = False,
+) -> OptunaTarget:
+    """A store file checked read-only: it exists, is an Optuna store, holds ``study`` (with
+    ``only`` and no ``study``: its one study, as in a sweep's own store)."""
+    from sweeps.study_store import stored_studies
+
+    if not file.is_file():
+        raise DashboardError(
+            f"no Optuna storage at {file}; a sweep writes it under its storage.path "
+            "(give the sweep spec, or --storage with the storage.path folder or a store file)"
+        )
     try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
-            rows = conn.execute("SELECT study_name, study_id FROM studies").fetchall()
-    except sqlite3.Error as err:
-        raise DashboardError(f"{path} is not an Optuna storage: {err}") from None
-    return {str(name): int(i) for name, i in rows}
+        studies = stored_studies(file, kind=kind)
+    except ValueError as err:
+        raise DashboardError(str(err)) from None
+    if study is not None and study not in studies:
+        raise DashboardError(
+            f"no study {study!r} in {file}; studies there: {', '.join(sorted(studies)) or '(none)'}"
+        )
+    if only and study is None and len(studies) == 1:
+        study = next(iter(studies))
+    return OptunaTarget(storage, study, studies.get(study) if study else None)
+
+
+def _path_target(file: Path, study: str | None) -> OptunaTarget:
+    """A store file given by path: sqlite (by its header) or an Optuna journal."""
+    from sweeps.study_store import SQLITE_HEADER
+
+    file = file.expanduser().resolve()
+    with file.open("rb") as f:
+        sqlite = f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    if sqlite:
+        return _file_target(file, f"sqlite:///{file}", study, "sqlite", only=True)
+    return _file_target(file, str(file), study, "journal", only=True)
+
+
+def _folder_target(root: Path, study: str | None) -> OptunaTarget:
+    """The store of one sweep under a ``storage.path`` folder: its own ``<name>.optuna.db`` or
+    ``<name>.optuna.journal``, or the ``optuna.db`` that sweeps shared before."""
+    from sweeps.study_store import LEGACY_STORE, stored_studies
+
+    root = root.expanduser().resolve()
+    if not root.is_dir():
+        raise DashboardError(
+            f"no Optuna storage at {root}; a sweep writes it under its storage.path "
+            "(give the sweep spec, or --storage with the storage.path folder or a store file)"
+        )
+    own = sorted(root.glob("*.optuna.db")) + sorted(root.glob("*.optuna.journal"))
+    stores = own + [root / LEGACY_STORE] * (root / LEGACY_STORE).is_file()
+    if study is not None:
+        for file in (root / f"{study}.optuna.db", root / f"{study}.optuna.journal"):
+            if file.is_file():
+                return _path_target(file, study)
+        if (root / LEGACY_STORE).is_file():
+            return _path_target(root / LEGACY_STORE, study)
+        raise DashboardError(f"no study {study!r} under {root}")
+    if not stores:
+        raise DashboardError(
+            f"no Optuna storage under {root}; a sweep writes one there as <name>.optuna.db or "
+            "<name>.optuna.journal (give the sweep spec, or --storage with its storage.path)"
+        )
+    if len(stores) > 1:
+        names: list[str] = []
+        for file in stores:
+            try:
+                names += sorted(stored_studies(file))
+            except ValueError:
+                continue
+        raise DashboardError(
+            f"the studies of several sweeps are under {root} ({', '.join(names)}): choose one "
+            "with --study NAME, or give its sweep spec"
+        )
+    return _path_target(stores[0], None)
 
 
 def optuna_target(
@@ -112,41 +193,55 @@ def optuna_target(
 ) -> OptunaTarget:
     """Which Optuna storage and study to serve.
 
-    A sweep spec gives both (``<storage.path>/optuna.db`` and the sweep's ``name``); else
-    ``storage`` (default ``sqlite:///sweeps_out/optuna.db``) and an optional ``study``.
+    A sweep spec gives both (the store its sweep started with, and its ``name``). Else
+    ``storage``: a URL (``sqlite:///...``, ``postgresql://...``), a store file (sqlite or an
+    Optuna journal), or a ``storage.path`` folder (default ``sweeps_out``) in which the sweep's
+    own store is found (``--study``, or the only one there) or the ``optuna.db`` shared by
+    sweeps made before per-sweep stores.
 
     Raises:
-        DashboardError: both a spec and a storage, an invalid spec, a missing storage file, a
-            file that is not an Optuna storage, or a study it does not hold.
+        DashboardError: both a spec and a storage, an invalid spec, a missing storage, a file
+            that is not an Optuna storage, a study it does not hold, or a folder holding
+            several sweeps' stores and no ``study`` to choose.
     """
     if spec is not None and storage is not None:
         raise DashboardError("give a sweep spec or --storage, not both")
     if spec is not None:
         from flcore.errors import FedSweepError
         from sweeps.spec import load_spec
+        from sweeps.study_store import study_location
         from sweeps.sweep import SweepPaths
 
         try:
             loaded = load_spec(spec)
+            paths = SweepPaths(loaded)
+            location = study_location(loaded, paths, loaded.ray.address)
         except (FedSweepError, OSError) as err:
             raise DashboardError(f"invalid sweep spec {spec}: {err}") from None
-        storage = f"sqlite:///{SweepPaths(loaded).optuna_db}"
         study = study or loaded.name
-    storage = storage or f"sqlite:///{DEFAULT_OPTUNA_STORAGE.resolve()}"
+        if location.file is None:  # a server database: optuna-dashboard reports its own errors
+            return OptunaTarget(location.dashboard_storage, study)
+        if not location.file.exists() and paths.legacy_optuna_db.is_file():
+            # no record and no own store (its state was removed, say): the shared file of
+            # sweeps made before per-sweep stores may still hold the study
+            return _file_target(
+                paths.legacy_optuna_db, f"sqlite:///{paths.legacy_optuna_db}", study, "sqlite"
+            )
+        kind = "journal" if location.kind == "journal" else "sqlite"
+        return _file_target(location.file, location.dashboard_storage, study, kind)
+    if storage is None:
+        return _folder_target(DEFAULT_STORAGE_DIR, study)
     path = _sqlite_file(storage)
-    if path is None:  # a server database: optuna-dashboard reports its own errors
+    if path is not None:
+        return _file_target(path, storage, study, "sqlite")
+    if "://" in storage:  # a server database: optuna-dashboard reports its own errors
         return OptunaTarget(storage, study)
-    if not path.is_file():
-        raise DashboardError(
-            f"no Optuna storage at {path}; a sweep writes it under its storage.path "
-            "(give the sweep spec, or --storage sqlite:///PATH/optuna.db)"
-        )
-    studies = _studies(path)
-    if study is not None and study not in studies:
-        raise DashboardError(
-            f"no study {study!r} in {path}; studies there: {', '.join(sorted(studies)) or '(none)'}"
-        )
-    return OptunaTarget(storage, study, studies.get(study) if study else None)
+    given = Path(storage).expanduser()
+    if given.is_dir():
+        return _folder_target(given, study)
+    if not given.is_file():
+        raise DashboardError(f"no Optuna storage at {given.resolve()}")
+    return _path_target(given, study)
 
 
 def optuna_dashboard_command(storage: str, port: int) -> list[str]:

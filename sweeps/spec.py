@@ -4,6 +4,22 @@ Top-level keys: ``name``, ``base`` (an experiment config, inline or a path relat
 ``algorithms``, ``objectives``, ``seeds``, ``num_samples``, ``max_concurrent_trials``,
 ``rounds_per_step``, ``resources``, ``scheduler``, ``sampler``, ``max_failures``, ``checkpoint``,
 ``tracking``, ``storage`` and ``ray``. ``--set`` reaches every key, ``base.*`` included.
+
+Decisions checked here, before anything starts (each a ``ConfigError`` naming the key):
+
+- ``sampler.name: nsga2`` is refused with several algorithms. Optuna's ``NSGAIISampler`` (5.0,
+  ``infer_relative_search_space``) evolves only the intersection search space: the parameters
+  suggested with the same distribution in every completed trial. Our parameters are named
+  ``<algorithm>:<key>`` (``search_spaces``), so with several algorithms that intersection is
+  the ``algorithm`` choice alone and every hyperparameter comes from its ``RandomSampler``.
+  TPE (multivariate, ``group=True``) models each algorithm's conditional space instead.
+- ``sampler.population_size`` is NSGA-II's generation size (Optuna's default 50), refused for
+  other samplers; NSGA-II draws its whole first generation at random, so a sweep of
+  ``num_samples <= population_size`` trials would never evolve and is refused too.
+- ``storage.optuna`` is ``sqlite``, ``journal`` or an SQLAlchemy URL of sqlite, postgresql or
+  mysql. A URL's database driver must import now (not after Ray started), it may carry no
+  password (the spec is logged to MLflow and kept beside the sweep: use ``PGPASSWORD``,
+  ``~/.pgpass`` or ``~/.my.cnf``), and a relative ``sqlite:///`` path is made absolute here.
 """
 
 from __future__ import annotations
@@ -19,7 +35,17 @@ from flcore.config import ExperimentConfig, apply_overrides, parse_overrides, re
 from flcore.config import validate_config as validate_experiment
 from flcore.errors import ConfigError
 
-__all__ = ["SweepSpec", "ObjectiveSpec", "load_spec", "validate_spec"]
+__all__ = [
+    "NSGA2_POPULATION",
+    "SweepSpec",
+    "ObjectiveSpec",
+    "load_spec",
+    "missing_fills",
+    "validate_spec",
+]
+
+NSGA2_POPULATION = 50  # Optuna's NSGAIISampler default population_size
+_RDB_BACKENDS = ("sqlite", "postgresql", "mysql")
 
 
 class _Strict(BaseModel):
@@ -27,12 +53,16 @@ class _Strict(BaseModel):
 
 
 class ObjectiveSpec(_Strict):
-    """One objective: a metric, its direction, and the value to use where an algorithm cannot
-    report it (without ``missing`` such an algorithm is an error)."""
+    """One objective: a metric, its direction, the value to use where an algorithm cannot
+    report it (without ``missing`` such an algorithm is an error; see :func:`missing_fills`),
+    and ``inf_value``, the finite stand-in told to Optuna for an inf value (MLflow and fronts
+    keep inf; default for ``epsilon``: 10 x the largest reachable target epsilon, see
+    :mod:`sweeps.search`; another objective without it fails a trial that reports inf)."""
 
     name: str
     direction: Literal["max", "min"]
     missing: float | None = None
+    inf_value: float | None = Field(None, gt=0, allow_inf_nan=False)
 
 
 class ResourcesSpec(_Strict):
@@ -51,7 +81,10 @@ class SchedulerSpec(_Strict):
 class SamplerSpec(_Strict):
     name: Literal["tpe", "nsga2", "random"] = "tpe"
     seed: int | None = 0
-    n_startup_trials: int = Field(4, ge=0)
+    n_startup_trials: int = Field(4, ge=0, description="tpe: random trials before TPE models")
+    population_size: int | None = Field(
+        None, ge=2, description=f"nsga2 only: trials per generation (default {NSGA2_POPULATION})"
+    )
 
 
 class CheckpointSpec(_Strict):
@@ -68,6 +101,11 @@ class TrackingSpec(_Strict):
 
 class StorageSpec(_Strict):
     path: str = Field("sweeps_out", description="Ray Tune results, checkpoints, Optuna store")
+    optuna: str | None = Field(
+        None,
+        description="the Optuna study's store: 'sqlite', 'journal' or an RDB URL; default "
+        "'sqlite' locally, 'journal' on a cluster address",
+    )
 
 
 class RaySpec(_Strict):
@@ -138,16 +176,32 @@ def _objectives(raw: Any) -> list[dict[str, Any]]:
 
 def _reported(algorithm: str, base: ExperimentConfig) -> set[str]:
     """Metrics a trial of ``algorithm`` reports: the algorithm's, plus the privacy evaluation's
-    when the base config attacks and the algorithm uploads something to attack (``local``'s
-    leakage is null: nothing uploaded)."""
+    when the base config attacks: all of them where the algorithm uploads something to attack,
+    else only the values it declares (``local``: calibrated leakage 0; its raw leakage is null,
+    nothing uploaded)."""
     from flcore.algorithms import ALGORITHMS
-    from flcore.attacks.evaluation import LEAK_METRICS
+    from flcore.attacks.evaluation import LEAK_METRICS, NOTHING_UPLOADED_LEAKAGE
 
     alg = ALGORITHMS.get(algorithm)
     out = set(alg.reports)
-    if base.attack is not None and alg.uploads:
-        out |= set(LEAK_METRICS)
+    if base.attack is not None:
+        out |= set(LEAK_METRICS) if alg.uploads else set(NOTHING_UPLOADED_LEAKAGE)
     return out
+
+
+def missing_fills(spec: SweepSpec) -> dict[str, dict[str, float]]:
+    """algorithm -> {objective: its ``missing`` value} for each objective that algorithm cannot
+    report (:func:`_reported`): the only place ``missing`` stands in for a value. A metric an
+    algorithm can report but has not measured is never filled (NaN: the trial fails)."""
+    fills: dict[str, dict[str, float]] = {}
+    for alg in spec.algorithms:
+        reported = _reported(alg, spec.base)
+        fills[alg] = {
+            o.name: o.missing
+            for o in spec.objectives
+            if o.name not in reported and o.missing is not None
+        }
+    return fills
 
 
 def validate_spec(raw: Mapping[str, Any], *, base_dir: Path | None = None) -> SweepSpec:
@@ -177,6 +231,11 @@ def validate_spec(raw: Mapping[str, Any], *, base_dir: Path | None = None) -> Sw
         base_cfg = base_cfg.model_copy(
             update={"data_root": str(Path(base_cfg.data_root).expanduser().resolve())}
         )
+    if base_cfg.attack is not None and base_cfg.attack.rounds is None:
+        # A sweep's default schedule: one last-round attack hides early-round leakage, and
+        # symbolic rounds survive a searched ``rounds`` (resolved per trial).
+        attack = base_cfg.attack.model_copy(update={"rounds": ["first", "middle", "last"]})
+        base_cfg = base_cfg.model_copy(update={"attack": attack})
     raw["base"] = base_cfg
     if "objectives" in raw:
         raw["objectives"] = _objectives(raw["objectives"])
@@ -200,9 +259,18 @@ def validate_spec(raw: Mapping[str, Any], *, base_dir: Path | None = None) -> Sw
             )
         if alg not in SPACES:
             raise ConfigError(f"algorithms.{i}", f"no search space for {alg!r} in search_spaces/")
+    attack = spec.base.attack
+    if attack is not None and attack.labels == "auto" and len(set(spec.algorithms)) > 1:
+        # iDLG works only where the classifier is uploaded; elsewhere auto falls back to given
+        # labels, so the algorithms would face different attackers.
+        raise ConfigError(
+            "base.attack.labels",
+            "auto label recovery is not the same threat model for different algorithms; "
+            "use labels: given (the default) in a sweep over several algorithms",
+        )
     reported = {a: _reported(a, spec.base) for a in spec.algorithms}
     for i, obj in enumerate(spec.objectives):
-        if obj.name == "leak_lpips" and spec.base.attack is not None:
+        if obj.name.startswith("leak_lpips") and spec.base.attack is not None:
             from flcore.attacks.metrics import LPIPS
 
             reason = LPIPS().reason
@@ -223,9 +291,84 @@ def validate_spec(raw: Mapping[str, Any], *, base_dir: Path | None = None) -> Sw
             raise ConfigError("scheduler", "asha needs a metric and a mode (one metric only)")
         if spec.scheduler.metric not in {o.name for o in spec.objectives} | {"train_loss"}:
             raise ConfigError("scheduler.metric", "must be an objective or train_loss")
-    if spec.sampler.name == "tpe" and spec.multi_objective:
-        pass  # TPE handles several objectives in Optuna >= 3.x; NSGA-II is the other choice
+    _check_sampler(spec)
+    if spec.storage.optuna is not None:
+        optuna_store = _optuna_store(spec.storage.optuna)
+        if optuna_store != spec.storage.optuna:
+            storage = spec.storage.model_copy(update={"optuna": optuna_store})
+            spec = spec.model_copy(update={"storage": storage})
     return spec
+
+
+def _check_sampler(spec: SweepSpec) -> None:
+    s = spec.sampler
+    if s.name != "nsga2":
+        if s.population_size is not None:
+            raise ConfigError(
+                "sampler.population_size", f"is NSGA-II's; sampler {s.name!r} has no population"
+            )
+        return
+    if len(spec.algorithms) > 1:
+        raise ConfigError(
+            "sampler.name",
+            "nsga2 cannot search several algorithms: Optuna's NSGAIISampler evolves only the "
+            "parameters suggested with the same distribution in every completed trial (its "
+            "intersection search space), and each algorithm's hyperparameters exist only in its "
+            "own trials, so NSGA-II would evolve the choice of algorithm alone and draw every "
+            "hyperparameter at random (RandomSampler). Use sampler.name=tpe, which models each "
+            "algorithm's conditional space, or one nsga2 sweep per algorithm",
+        )
+    population = s.population_size or NSGA2_POPULATION
+    if spec.num_samples <= population:
+        raise ConfigError(
+            "sampler.population_size",
+            f"NSGA-II draws its first generation ({population} trials) at random, so "
+            f"num_samples={spec.num_samples} would never evolve: set population_size below "
+            "num_samples (a few generations: num_samples >= 3 * population_size) or use "
+            "sampler.name=tpe",
+        )
+
+
+def _optuna_store(value: str) -> str:
+    """``storage.optuna`` checked: ``sqlite``, ``journal``, or an RDB URL (relative sqlite paths
+    made absolute)."""
+    if value in ("sqlite", "journal"):
+        return value
+    key = "storage.optuna"
+    if "://" not in value:
+        raise ConfigError(key, f"must be 'sqlite', 'journal' or a database URL (got {value!r})")
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        url = make_url(value)
+    except ArgumentError as err:
+        raise ConfigError(key, f"not a database URL: {err}") from None
+    backend = url.get_backend_name()
+    if backend not in _RDB_BACKENDS:
+        raise ConfigError(
+            key, f"Optuna's RDB storage here takes {', '.join(_RDB_BACKENDS)} URLs, not {backend!r}"
+        )
+    if url.password is not None:
+        raise ConfigError(
+            key,
+            "the URL carries a password, which would be logged with the spec: leave it out and "
+            "give it to the driver (PGPASSWORD or ~/.pgpass for postgresql, ~/.my.cnf for mysql)",
+        )
+    try:
+        url.get_dialect().import_dbapi()
+    except (ImportError, NoSuchModuleError) as err:
+        raise ConfigError(
+            key,
+            f"{url.drivername!r} needs a database driver that is not installed ({err}): install "
+            "it (psycopg[binary] for postgresql, mysqlclient for mysql) or name an installed one "
+            "in the URL (postgresql+psycopg2://...)",
+        ) from None
+    if backend == "sqlite":
+        if not url.database or url.database == ":memory:":
+            raise ConfigError(key, "an in-memory sqlite store does not survive the sweep")
+        return url.set(database=str(Path(url.database).expanduser().resolve())).render_as_string()
+    return value
 
 
 def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> SweepSpec:

@@ -89,6 +89,6 @@ def study_states(tmp: Path, name: str = "t") -> list[str]:
     import optuna
 
     study = optuna.load_study(
-        study_name=name, storage=f"sqlite:///{tmp / 'sweeps_out' / 'optuna.db'}"
+        study_name=name, storage=f"sqlite:///{tmp / 'sweeps_out' / f'{name}.optuna.db'}"
     )
     return [t.state.name for t in study.trials]

@@ -157,3 +157,109 @@ def test_serve_returns_the_servers_status_and_stops_on_sigterm() -> None:
 
     assert code == 0 and time.monotonic() - start < 20
     assert signal.getsignal(signal.SIGTERM) is before  # handlers restored
+
+
+def _sweep(tmp_path: Path, name: str, **over: object) -> Path:
+    """A sweep spec ``<name>.yaml`` storing under ``tmp/out``, and its study (2 trials) in the
+    store a new sweep of that spec gets."""
+    import optuna
+
+    from sweeps.spec import load_spec
+    from sweeps.sweep import SweepPaths, study_storage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    raw = {
+        "name": name,
+        "base": {"dataset": "fmnist", "data_root": str(tmp_path)},
+        "algorithms": ["fedavg"],
+        "objectives": {"accuracy": "max"},
+        "storage": {"path": str(tmp_path / "out")},
+    } | over
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    spec = load_spec(path)
+    storage = study_storage(spec, SweepPaths(spec), None)
+    s = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+    s.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    return path
+
+
+def test_optuna_target_finds_a_sweeps_own_sqlite_or_journal(tmp_path: Path) -> None:
+    local = optuna_target(spec=_sweep(tmp_path, "here"))
+    cluster = optuna_target(spec=_sweep(tmp_path, "there", ray={"address": "auto"}))
+
+    out = tmp_path / "out"
+    assert local.storage == f"sqlite:///{out / 'here.optuna.db'}" and local.study == "here"
+    assert cluster.storage == str(out / "there.optuna.journal") and cluster.study == "there"
+    # a journal numbers its studies from 0: the page is still the study's
+    assert cluster.study_id == 0
+    assert cluster.url(8080) == "http://127.0.0.1:8080/dashboard/studies/0"
+
+
+def test_optuna_target_from_a_storage_folder(tmp_path: Path) -> None:
+    _sweep(tmp_path, "one", ray={"address": "auto"})
+    out = tmp_path / "out"
+
+    alone = optuna_target(storage=str(out))
+    _sweep(tmp_path, "two")
+    chosen = optuna_target(storage=str(out), study="two")
+    journal_file = optuna_target(storage=str(out / "one.optuna.journal"))
+
+    assert alone.storage == str(out / "one.optuna.journal") and alone.study == "one"
+    assert chosen.storage == f"sqlite:///{out / 'two.optuna.db'}" and chosen.study == "two"
+    assert journal_file == alone
+    with pytest.raises(DashboardError, match=r"several sweeps are under .*\(two, one\).*--study"):
+        optuna_target(storage=str(out))
+    with pytest.raises(DashboardError, match="no study 'three' under"):
+        optuna_target(storage=str(out), study="three")
+
+
+def test_optuna_target_finds_the_shared_store_of_older_sweeps(
+    study: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sweeps made before per-sweep stores kept every study in ``storage.path/optuna.db``."""
+    import sweeps.dashboards
+
+    (study.parent / "demo.fedsweep.json").write_text("{}")  # the old sweep's state, no record
+    monkeypatch.setattr(sweeps.dashboards, "DEFAULT_STORAGE_DIR", study.parent)
+
+    folder = optuna_target(storage=str(study.parent), study="demo")
+    default = optuna_target()
+    from_spec = optuna_target(spec=tmp_path / "sweep.yaml")
+
+    assert folder.storage == from_spec.storage == default.storage == f"sqlite:///{study}"
+    assert folder.study_id == from_spec.study_id == default.study_id is not None
+    assert sorted(p.name for p in study.parent.iterdir()) == ["demo.fedsweep.json", "optuna.db"]
+
+
+def test_optuna_dashboard_opens_a_journal_file(tmp_path: Path) -> None:
+    """optuna-dashboard (0.21) serves a journal file given as a plain path."""
+    import json
+    import urllib.request
+
+    from sweeps.dashboards import optuna_dashboard_command
+
+    target = optuna_target(spec=_sweep(tmp_path, "j", ray={"address": "auto"}))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        optuna_dashboard_command(target.storage, port),
+        process_group=0,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline, doc = time.monotonic() + 60, None
+        while doc is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=2) as r:
+                    doc = json.load(r)
+            except OSError:
+                time.sleep(0.25)
+    finally:
+        stop_group(proc, timeout=5)
+
+    assert doc is not None, "optuna-dashboard did not answer"
+    [summary] = doc["study_summaries"]
+    assert summary["study_name"] == "j" and summary["study_id"] == target.study_id

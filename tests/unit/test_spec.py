@@ -24,7 +24,11 @@ def test_quickstart_spec_is_valid_and_small() -> None:
     spec = load_spec(QUICKSTART)
     assert spec.algorithms == ["fedavg", "local", "dp_fedavg", "hyperfl"]
     assert spec.multi_objective
-    assert [o.name for o in spec.objectives] == ["accuracy", "epsilon", "leak_psnr"]
+    assert [o.name for o in spec.objectives] == [
+        "accuracy",
+        "epsilon",
+        "leak_psnr_gain_worst_round",
+    ]
     assert spec.base.attack is not None and spec.base.attack.iterations <= 500
     assert spec.base.dataset == "fmnist" and spec.num_samples * spec.base.rounds <= 40
 
@@ -52,7 +56,7 @@ def test_set_reaches_every_key_including_base(tmp_path: Path) -> None:
             "num_samples=2",
             "base.rounds=1",
             "resources.gpu=0.25",
-            "sampler.name=nsga2",
+            "sampler.name=random",
             "ray.address=auto",
             "tracking.experiment=x",
             "base.optimizer.momentum=0.9",
@@ -60,7 +64,7 @@ def test_set_reaches_every_key_including_base(tmp_path: Path) -> None:
         ],
     )
     assert spec.num_samples == 2 and spec.base.rounds == 1 and spec.resources.gpu == 0.25
-    assert spec.sampler.name == "nsga2" and spec.ray.address == "auto"
+    assert spec.sampler.name == "random" and spec.ray.address == "auto"
     assert spec.base.optimizer.momentum == 0.9 and spec.seeds == [0, 1, 2]
     assert spec.tracking.experiment == "x"
 
@@ -88,6 +92,14 @@ def test_base_may_be_a_path_relative_to_the_spec(tmp_path: Path) -> None:
         ({"base": {"lr": 0}}, "base.lr"),
         ({"name": "has space"}, "name"),
         ({"extra": 1}, "extra"),
+        ({"sampler": {"name": "nsga2"}, "num_samples": 200}, "sampler.name"),
+        ({"sampler": {"name": "tpe", "population_size": 8}}, "sampler.population_size"),
+        ({"sampler": {"name": "random", "population_size": 8}}, "sampler.population_size"),
+        ({"sampler": {"name": "nsga2", "population_size": 1}}, "sampler.population_size"),
+        ({"storage": {"optuna": "redis"}}, "storage.optuna"),
+        ({"storage": {"optuna": "redis://localhost/0"}}, "storage.optuna"),
+        ({"storage": {"optuna": "sqlite://"}}, "storage.optuna"),
+        ({"storage": {"optuna": "postgresql://me:secret@db/optuna"}}, "storage.optuna"),
     ],
 )
 def test_spec_errors_name_the_key(over: dict, key: str) -> None:
@@ -139,3 +151,120 @@ def test_an_lpips_objective_without_alexnet_weights_is_refused(
                 algorithms=["fedavg"], objectives=objectives, base={"rounds": 2, "attack": ATTACK}
             )
         )
+
+
+# --- samplers: NSGA-II with several algorithms, its population, TPE's constant liar -----------
+
+
+def test_nsga2_with_several_algorithms_is_refused_pointing_to_tpe() -> None:
+    with pytest.raises(ConfigError, match="intersection search space.*sampler.name=tpe") as info:
+        validate_spec(_spec(sampler={"name": "nsga2", "population_size": 4}, num_samples=20))
+    assert info.value.key == "sampler.name"
+    one = validate_spec(
+        _spec(
+            algorithms=["fedavg"], sampler={"name": "nsga2", "population_size": 4}, num_samples=20
+        )
+    )
+    assert one.sampler.population_size == 4
+
+
+def test_the_refusal_states_what_optunas_nsga2_does_with_our_spaces() -> None:
+    """The message's claim, checked on Optuna itself: with two algorithms the space NSGA-II
+    evolves is the algorithm choice alone (every hyperparameter is drawn at random)."""
+    import optuna
+
+    from search_spaces import define_by_run
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = optuna.samplers.NSGAIISampler(seed=0, population_size=4)
+    study = optuna.create_study(sampler=sampler, directions=["maximize", "minimize"])
+    space = define_by_run(["fedavg", "local"])
+    study.optimize(lambda t: (space(t), 0.0, 0.0)[1:], n_trials=8)
+    algorithms = {t.params["algorithm"] for t in study.trials}
+    trial = study.ask()
+
+    evolved = sampler.infer_relative_search_space(study, study._storage.get_trial(trial._trial_id))
+
+    assert algorithms == {"fedavg", "local"}
+    assert set(evolved) == {"algorithm"}
+
+
+def test_nsga2_needs_more_trials_than_its_random_first_generation() -> None:
+    with pytest.raises(ConfigError, match="first generation \\(50 trials\\) at random") as info:
+        validate_spec(_spec(algorithms=["fedavg"], sampler={"name": "nsga2"}, num_samples=50))
+    assert info.value.key == "sampler.population_size"
+    with pytest.raises(ConfigError, match="num_samples=8 would never evolve"):
+        validate_spec(
+            _spec(
+                algorithms=["fedavg"],
+                sampler={"name": "nsga2", "population_size": 8},
+                num_samples=8,
+            )
+        )
+    validate_spec(_spec(algorithms=["fedavg"], sampler={"name": "nsga2"}, num_samples=51))
+
+
+def test_samplers_get_population_size_and_constant_liar() -> None:
+    import optuna
+
+    from sweeps.sweep import _sampler
+
+    nsga = _sampler(
+        validate_spec(
+            _spec(
+                algorithms=["fedavg"],
+                sampler={"name": "nsga2", "population_size": 6},
+                num_samples=24,
+            )
+        ),
+        0,
+    )
+    tpe_alone = _sampler(validate_spec(_spec(max_concurrent_trials=1)), 0)
+    tpe_together = _sampler(validate_spec(_spec(max_concurrent_trials=3)), 0)
+
+    assert isinstance(nsga, optuna.samplers.NSGAIISampler) and nsga.population_size == 6
+    assert isinstance(tpe_alone, optuna.samplers.TPESampler)
+    assert tpe_alone._constant_liar is False and tpe_together._constant_liar is True
+
+
+def test_constant_liar_steers_a_concurrent_ask_away_from_a_running_trial() -> None:
+    """What constant_liar buys, on Optuna itself: with a trial still running at the best point,
+    the next TPE ask (seeded identically) is drawn elsewhere only when the liar is on."""
+    import optuna
+
+    from sweeps.sweep import _sampler
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    asked = {}
+    for concurrency in (1, 2):
+        spec = validate_spec(
+            _spec(algorithms=["fedavg"], max_concurrent_trials=concurrency, sampler={"seed": 3})
+        )
+        study = optuna.create_study(sampler=_sampler(spec, 0), direction="minimize")
+        for x in (0.1, 0.5, 0.9, 0.3, 0.7, 0.2):
+            study.enqueue_trial({"x": x})
+            study.optimize(lambda t: (t.suggest_float("x", 0, 1) - 0.2) ** 2, n_trials=1)
+        running = study.ask()
+        running.suggest_float("x", 0, 1)
+        nxt = study.ask()
+        asked[concurrency] = nxt.suggest_float("x", 0, 1)
+    assert asked[1] != asked[2]
+
+
+def test_storage_optuna_forms() -> None:
+    assert validate_spec(_spec()).storage.optuna is None
+    assert validate_spec(_spec(storage={"optuna": "journal"})).storage.optuna == "journal"
+    rel = validate_spec(_spec(storage={"optuna": "sqlite:///studies/s.db"})).storage.optuna
+    assert rel == f"sqlite:///{Path('studies/s.db').resolve()}"
+    with pytest.raises(ConfigError, match="driver that is not installed"):
+        validate_spec(_spec(storage={"optuna": "mysql+nosuchdriver://db/optuna"}))
+    with pytest.raises(ConfigError, match="carries a password"):
+        validate_spec(_spec(storage={"optuna": "postgresql://me:secret@db/optuna"}))
+    with pytest.raises(ConfigError, match="sqlite, postgresql, mysql URLs, not 'redis'"):
+        validate_spec(_spec(storage={"optuna": "redis://localhost/0"}))
+
+
+def test_population_size_belongs_to_nsga2_alone() -> None:
+    for name in ("tpe", "random"):
+        with pytest.raises(ConfigError, match=f"is NSGA-II's; sampler '{name}' has no population"):
+            validate_spec(_spec(sampler={"name": name, "population_size": 8}))
