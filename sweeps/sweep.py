@@ -1,7 +1,16 @@
 """Launch a sweep: Ray Tune runs the trials, Optuna samples them, MLflow records them.
 
-The driver (this process) owns every MLflow write and the Optuna study's RDB store; trials only
+The driver (this process) owns every MLflow write and the Optuna study's store; trials only
 compute. By default Ray starts locally, sized to this machine; ``--address`` joins a cluster.
+
+Before Ray starts, a new sweep records its resolved spec and its Optuna store beside its state
+(:mod:`sweeps.spec_record`), and ``--resume`` refuses settings that differ from that record.
+:func:`study_storage` is the one way to open a sweep's Optuna study (:mod:`sweeps.study_store`:
+one store per sweep, sqlite locally, a journal file on a cluster, or a database URL).
+Samplers: TPE is multivariate with ``group=True`` (each algorithm's conditional space is its own
+group) and uses ``constant_liar`` when trials run concurrently, so trials asked for while others
+run are steered away from the running ones (Optuna 4 defaults it off, Optuna 5 on: it is set
+explicitly); NSGA-II takes ``sampler.population_size``.
 """
 
 from __future__ import annotations
@@ -13,21 +22,32 @@ from pathlib import Path
 from typing import Any
 
 from flcore.errors import ConfigError
-from sweeps.spec import SweepSpec
+from sweeps.spec import NSGA2_POPULATION, SweepSpec
+from sweeps.spec_record import check_resume, resolved_spec, write_record
+from sweeps.study_store import default_choice, holds_study, open_storage, study_location
 
-__all__ = ["plan", "run_sweep", "SweepPaths"]
+__all__ = ["plan", "run_sweep", "study_storage", "SweepPaths"]
 
 
 class SweepPaths:
     """Where one sweep keeps its files (all absolute: Ray changes trials' working dirs)."""
 
     def __init__(self, spec: SweepSpec) -> None:
+        self.spec = spec
         self.root = Path(spec.storage.path).expanduser().resolve()
         self.tune_dir = self.root / spec.name  # Ray Tune's experiment directory
         self.state = self.root / f"{spec.name}.fedsweep.json"
-        self.optuna_db = self.root / "optuna.db"
+        self.spec_record = self.root / f"{spec.name}.spec.json"  # the spec it started with
+        self.optuna_db = self.root / f"{spec.name}.optuna.db"  # storage.optuna: sqlite
+        self.optuna_journal = self.root / f"{spec.name}.optuna.journal"  # storage.optuna: journal
+        self.legacy_optuna_db = self.root / "optuna.db"  # every sweep's, before per-sweep stores
         self.parquet = self.root / f"{spec.name}.parquet"
         self.pareto_png = self.root / f"{spec.name}_pareto.png"
+
+    @property
+    def made(self) -> bool:
+        """Whether this sweep was started here (Tune saved its state, or the driver its own)."""
+        return (self.tune_dir / "tuner.pkl").is_file() or self.state.is_file()
 
 
 def resolve_tracking_uri(spec: SweepSpec) -> str:
@@ -74,31 +94,45 @@ def plan(spec: SweepSpec, *, address: str | None = None) -> dict[str, Any]:
         "experiment": experiment_name(spec),
         "storage": str(paths.root),
         "results_parquet": str(paths.parquet),
-        "optuna_storage": f"sqlite:///{paths.optuna_db}",
+        "optuna_storage": study_location(spec, paths, address, fresh=not paths.made).describe(),
     }
 
 
 def _sampler(spec: SweepSpec, seed_offset: int) -> Any:
+    """The Optuna sampler; ``seed_offset`` (trials the study already holds) keeps a continued
+    study from repeating its random start-up points."""
     import optuna
 
     s = spec.sampler
     seed = None if s.seed is None else s.seed + seed_offset
     if s.name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed)
+        return optuna.samplers.NSGAIISampler(
+            seed=seed, population_size=s.population_size or NSGA2_POPULATION
+        )
     if s.name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(
-        seed=seed, n_startup_trials=s.n_startup_trials, multivariate=True, group=True
+        seed=seed,
+        n_startup_trials=s.n_startup_trials,
+        multivariate=True,
+        group=True,
+        constant_liar=spec.max_concurrent_trials > 1,
     )
+
+
+def study_storage(spec: SweepSpec, paths: SweepPaths, address: str | None = None) -> Any:
+    """The sweep's Optuna store (an ``optuna.storages.BaseStorage``), created if need be.
+
+    The store a sweep started with (kept in its spec record) wherever it resumes; for a new
+    sweep ``storage.optuna``, else a journal file on a cluster ``address``, else sqlite.
+    """
+    return open_storage(study_location(spec, paths, address))
 
 
 def _study_storage(paths: SweepPaths) -> Any:
-    import optuna
-
-    paths.root.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.RDBStorage(
-        f"sqlite:///{paths.optuna_db}", engine_kwargs={"connect_args": {"timeout": 60}}
-    )
+    """Deprecated alias of :func:`study_storage` (the spec is the one ``paths`` was made from;
+    the store is the one the sweep's record names)."""
+    return study_storage(paths.spec, paths, None)
 
 
 def _existing_trials(storage: Any, name: str) -> int:
@@ -122,7 +156,7 @@ def run_sweep(
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     paths = SweepPaths(spec)
     address = address or spec.ray.address
-    exists = (paths.tune_dir / "tuner.pkl").is_file() or paths.state.is_file()
+    exists = paths.made
     if resume and not exists:
         raise ConfigError("--resume", f"no sweep {spec.name!r} to resume under {paths.root}")
     if not resume and exists:
@@ -131,14 +165,33 @@ def run_sweep(
             f"a sweep named {spec.name!r} already exists under "
             f"{paths.root}: resume it with --resume, or choose another name",
         )
+    tree = resolved_spec(
+        spec, tracking_uri=resolve_tracking_uri(spec), experiment=experiment_name(spec)
+    )
+    if resume:  # before Ray starts and before anything is written
+        check_resume(spec.name, paths.spec_record, tree)
+    else:
+        # one study per sweep: a study of this name left by a deleted sweep (or another sweep's
+        # on a shared database) would feed its trials to this sweep's sampler
+        location = study_location(spec, paths, address, fresh=True)
+        if holds_study(location, spec.name):
+            raise ConfigError(
+                "name",
+                f"the Optuna store {location.target} already holds a study {spec.name!r} (left "
+                "by an earlier sweep of that name): choose another name, or delete that study",
+            )
+        write_record(paths.spec_record, tree, default_choice(spec, address))
+
+    import functools
 
     import ray
     from ray import tune
-    from ray.tune.search.optuna import OptunaSearch
 
     from search_spaces import define_by_run
     from sweeps.export import export_sweep
     from sweeps.provenance import provenance_tags
+    from sweeps.search import FedSweepSearch, OutcomeRule, StudyLink, resolve_inf_values
+    from sweeps.spec import missing_fills
     from sweeps.tracking import experiment_id, mlflow_client
     from sweeps.trainable import FLTrainable
     from sweeps.tune_tracking import MLflowDriverCallback, SweepState
@@ -157,6 +210,7 @@ def run_sweep(
         state.set("parent_run_id", parent.info.run_id)
         _log_spec(client, parent.info.run_id, spec)
     parent_id = state.parent_run_id
+    assert parent_id is not None
     client.update_run(parent_id, status="RUNNING")
 
     base = spec.base
@@ -167,10 +221,17 @@ def run_sweep(
             base=base.model_dump(mode="json"),
             seeds=spec.seeds,
             rounds_per_step=spec.rounds_per_step,
-            missing={o.name: o.missing for o in spec.objectives if o.missing is not None},
+            objectives=[o.name for o in spec.objectives],
+            fills=missing_fills(spec),
             device=device,
         ),
         {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
+    )
+    # The study is the record of every trial's outcome; searcher and callback each reach it
+    # through a picklable link (Tune pickles both with the experiment).
+    link = StudyLink(functools.partial(study_storage, spec, paths, address), spec.name, parent_id)
+    rule = OutcomeRule(
+        tuple((o.name, o.direction) for o in spec.objectives), resolve_inf_values(spec)
     )
     callback = MLflowDriverCallback(
         uri=uri,
@@ -179,6 +240,8 @@ def run_sweep(
         sweep_name=spec.name,
         dataset=base.dataset,
         trial_params=_TrialParams(base.model_dump(mode="json")),
+        study=link,
+        rule=rule,
     )
 
     ray_start = time.perf_counter()
@@ -195,6 +258,8 @@ def run_sweep(
     ray_init_seconds = time.perf_counter() - ray_start
     try:
         if resume and (paths.tune_dir / "tuner.pkl").is_file():
+            # Tune restores its searcher (FedSweepSearch reconciles it with the study) and the
+            # callback; trials it had not saved are taken over or counted (sweeps.search).
             tuner = tune.Tuner.restore(
                 str(paths.tune_dir),
                 trainable=trainable,
@@ -202,28 +267,19 @@ def run_sweep(
                 resume_errored=False,
             )
         else:
-            storage = _study_storage(paths)
-            objectives = spec.objectives
-            metric: Any = (
-                [o.name for o in objectives] if spec.multi_objective else objectives[0].name
-            )
-            mode: Any = (
-                [o.direction for o in objectives]
-                if spec.multi_objective
-                else objectives[0].direction
-            )
-            search = OptunaSearch(
+            search = FedSweepSearch(
                 space=define_by_run(spec.algorithms),
-                metric=metric,
-                mode=mode,
-                sampler=_sampler(spec, _existing_trials(storage, spec.name)),
-                storage=storage,
-                study_name=spec.name,
+                rule=rule,
+                link=link,
+                sampler_factory=functools.partial(_sampler, spec),
+                num_samples=spec.num_samples,
             )
             scheduler = None
             if spec.scheduler.name == "asha":
                 from ray.tune.schedulers import ASHAScheduler
 
+                # With several objectives ASHA ranks on one metric; a trial it stops is PRUNED
+                # (never on a front), not refused: see sweeps.search.
                 scheduler = ASHAScheduler(
                     metric=spec.scheduler.metric,
                     mode=spec.scheduler.mode,
@@ -264,8 +320,7 @@ def run_sweep(
 
     # Tune returns (rather than raises) after a SIGINT; trials it did not finish remain.
     interrupted = any(r.error is None and not (r.metrics or {}).get("done") for r in grid)
-    if not interrupted:
-        _close_orphaned_study_trials(paths, spec.name)
+    reconciled = None if interrupted else _close_orphaned_study_trials(callback)
     df = export_sweep(uri, exp_name, out=paths.parquet, parent_run_id=parent_id)
     client.log_artifact(parent_id, str(paths.parquet))
     summary = _summarise(spec, df, exp_name, parent_id, paths)
@@ -273,30 +328,18 @@ def run_sweep(
         client.log_artifact(parent_id, summary["pareto_png"])
     client.set_terminated(parent_id, status="KILLED" if interrupted else "FINISHED")
     summary["interrupted"] = interrupted
+    summary["reconciled"] = reconciled
     summary["ray_init_seconds"] = ray_init_seconds
     return summary
 
 
-def _close_orphaned_study_trials(paths: SweepPaths, name: str) -> int:
-    """Mark FAIL the study's trials still RUNNING once the sweep is complete.
-
-    A driver killed with SIGKILL can have asked Optuna for a trial after Tune last saved the
-    searcher; the resumed sweep never hears of that trial again, and it would stay RUNNING.
-    """
-    import optuna
-
-    storage = _study_storage(paths)
-    try:
-        study = optuna.load_study(study_name=name, storage=storage)
-    except KeyError:
-        return 0
-    orphans = [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
-    for t in orphans:
-        storage.set_trial_user_attr(
-            t._trial_id, "fedsweep_closed", "orphaned by an interrupted driver"
-        )
-        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-    return len(orphans)
+def _close_orphaned_study_trials(callback: Any) -> dict[str, int]:
+    """Once the sweep is complete, end every trial in exactly one state, the same in Optuna
+    and MLflow (:meth:`sweeps.tune_tracking.MLflowDriverCallback.reconcile`): a trial still
+    RUNNING in the study is FAIL (lost), and each child run is closed as its Optuna trial
+    ended. Returns what it changed (all zero when no driver was killed)."""
+    counts: dict[str, int] = callback.reconcile()
+    return counts
 
 
 class _TrialParams:
@@ -361,6 +404,10 @@ def _summarise(
         result = pareto_front(df, objectives, by="algorithm")
         keep = ["run_id", "algorithm", *[o.name for o in objectives]]
         out["pareto"] = result.front[keep].to_dict("records")
+        # what the front leaves out, and why (failed, pruned, unmeasured), and its caveats
+        out["n_invalid"] = result.n_invalid
+        out["invalid_reasons"] = dict(result.invalid_reasons)
+        out["notes"] = list(result.notes)
         overall = set(result.front["run_id"])
         out["pareto_by_algorithm"] = {
             alg: [

@@ -5,9 +5,15 @@ and reports the mean over seeds of every metric (with ``<metric>_std`` beside it
 several seeds), so the objectives Optuna sees are per-configuration means.
 
 Every report carries the latest value of every metric: accuracy measured only every
-``eval_every`` rounds is carried forward, and a metric an algorithm cannot report takes the
-spec's ``missing`` value (Ray checks for the metric in every report, and multi-objective Optuna
-reads only a trial's last one). A checkpoint holds every seed's whole engine state.
+``eval_every`` rounds is carried forward. Every objective is in every report (Ray checks for the
+searcher's metrics in each one): a metric this trial's algorithm *cannot* report takes the
+spec's ``missing`` value (``fills``: per algorithm, from :func:`sweeps.spec.missing_fills`), and
+a metric it can report but has not measured (yet) is NaN, never a fill-in (§3.1: a leakage not
+measured yet used to become 0 dB, the best score). The searcher (:mod:`sweeps.search`) judges the
+last report: ``rounds_completed`` below ``rounds_total`` (stopped early), ``diverged`` (a NaN or
+inf training loss; the trial ends there), or an objective still NaN. ``privacy_tags`` is the
+algorithm's :meth:`~flcore.algorithms.base.Algorithm.privacy_tags` (the driver tags the child run
+with each). A checkpoint holds every seed's whole engine state.
 """
 
 from __future__ import annotations
@@ -32,8 +38,8 @@ from search_spaces import overrides_for
 
 __all__ = ["FLTrainable", "trial_experiment_config", "REPORTED"]
 
-#: metrics every report carries (plus objectives' ``missing`` fill-ins and ``*_std``): whatever
-#: any algorithm may report, and the engine's per-round traffic and time
+#: metrics every report carries (plus the objectives and ``*_std``): whatever any algorithm may
+#: report, and the engine's per-round traffic and time
 REPORTED = Algorithm.reports | {"round_bytes_up", "round_bytes_down", "round_seconds"}
 
 
@@ -70,17 +76,20 @@ class FLTrainable(tune.Trainable):
         base: dict[str, Any],
         seeds: list[int],
         rounds_per_step: int,
-        missing: dict[str, float],
+        objectives: list[str],
+        fills: dict[str, dict[str, float]],
         device: str = "cpu",
     ) -> None:
         torch.set_num_threads(max(1, int(os.environ.get("FEDSWEEP_TORCH_THREADS", "1"))))
         self.base = ExperimentConfig.model_validate(base)
         self.seeds = list(seeds)
         self.rounds_per_step = rounds_per_step
-        self.missing = dict(missing)
+        self.objectives = list(objectives)
         self.exp_config = trial_experiment_config(config, self.base).model_copy(
             update={"workers": 1, "device": device}
         )
+        # only the objectives this algorithm cannot report (spec-level, see missing_fills)
+        self.fills = dict(fills.get(self.exp_config.algorithm, {}))
         self.engines: list[Engine] = []
         for seed in self.seeds:
             cfg = self.exp_config.model_copy(update={"seed": seed})
@@ -110,17 +119,38 @@ class FLTrainable(tune.Trainable):
             rounds.close()
             if diverged:
                 break
+        finished = not diverged and all(e.round >= e.rounds for e in self.engines)
+        last_round: dict[str, Any] = {}
+        if finished:
+            last_round = self._report()
+            for i, engine in enumerate(self.engines):
+                self._take_run_summary(i, engine)
         report = self._report()
+        # the last round's own leakage, which the whole-run figures replace in the report: the
+        # driver logs it first at the same step, so the metric history keeps every round
+        own = {
+            k: v
+            for k, v in last_round.items()
+            if k.startswith("leak_") and isinstance(v, float) and v == v and report.get(k) != v
+        }
+        if own:
+            report["last_round_values"] = own
         grid = self._attack_grid()
         if grid is not None:
             report["attack_grid_png"] = grid  # once: the driver logs it as an artifact
         done = all(e.round >= e.rounds for e in self.engines)
-        report["diverged"] = diverged
-        if diverged:
-            # Optuna marks a trial with a NaN objective FAILED; the driver tags the reason.
-            report.update({k: math.nan for k in self.missing} | {"accuracy": math.nan})
+        report["diverged"] = diverged  # the searcher tells it FAIL (reason "diverged")
         report["done"] = done or diverged
         return report
+
+    def _take_run_summary(self, i: int, engine: Engine) -> None:
+        """At a seed's last round, its probes' whole-run figures replace the last round's: a
+        leakage evaluation's per-round metrics describe the latest attacked round only, its
+        summary every attacked round (``leak_psnr`` is the mean over all attacked records)."""
+        for probe in engine.probes:
+            for key, value in probe.summary(engine).items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    self._latest[i][key] = value
 
     def _attack_grid(self) -> str | None:
         """The first seed's attack image grid as base64 PNG, the first time one exists (it
@@ -142,15 +172,19 @@ class FLTrainable(tune.Trainable):
             "device": self.exp_config.device,
             "algorithm": self.exp_config.algorithm,
             "startup_seconds": self._startup_s,
-            "dp_guarantee": self.engines[0].algorithm.dp_guarantee(),
+            # every seed's engine, for a trial stopped early (ASHA) versus one that ran to the end
+            "rounds_completed": int(min(e.round for e in self.engines)),
+            "rounds_total": int(self.engines[0].rounds),
+            "privacy_tags": dict(self.engines[0].algorithm.privacy_tags()),
         }
+        out["dp_guarantee"] = out["privacy_tags"]["dp_guarantee"]
         # every metric any seed has measured so far (DP runs add delta, noise_multiplier)
-        keys = REPORTED | set(self.missing) | set().union(*self._latest)
+        keys = REPORTED | set(self.objectives) | set().union(*self._latest)
         keys -= {"round", "clients"}
         for key in sorted(keys):
             values = [lat.get(key) for lat in self._latest]
             if any(v is None for v in values):
-                out[key] = self.missing.get(key, math.nan)
+                out[key] = self.fills.get(key, math.nan)
                 continue
             arr = np.asarray(values, dtype=float)
             same = bool(np.all(arr == arr[0]))  # also true for seeds that all report inf

@@ -5,6 +5,21 @@ workers on other machines cannot reach a sqlite file, concurrent sqlite writers 
 and Ray changes each trial's working directory. Ray's own MLflowLoggerCallback is not used: on
 resume it opens duplicate runs and leaves the old ones RUNNING. Here the trial -> run mapping is
 kept in a JSON file beside Tune's experiment state, so a resumed trial continues its own run.
+
+The Optuna study is the record of each trial's outcome (:mod:`sweeps.search` tells it before Tune
+calls this callback): a child run's final MLflow status and its ``status`` tag are those of its
+Optuna trial (COMPLETE: FINISHED; FAIL: FAILED with ``failure_reason``; PRUNED: MLflow KILLED,
+tag ``status=PRUNED``, ``stopped_early=true``), so the two stores cannot disagree, also for a trial
+re-run after a driver restart. Every run carries ``rounds_completed``, the tags of its algorithm's
+``privacy_tags()`` and ``fedsweep.optuna_trial`` (its Optuna trial number); the Optuna trial gets
+``fedsweep.mlflow_run_id`` (§4.4).
+
+Child runs are created idempotently (§4.1): before creating one, the driver looks for a run of
+the trial under the parent (tag ``fedsweep.trial_id``, else ``fedsweep.optuna_trial``: a trial
+asked before a driver was killed and taken over after the resume keeps its run). A driver killed
+between ``create_run`` and saving the trial -> run map thus leaves no orphan RUNNING run.
+:meth:`MLflowDriverCallback.reconcile` runs once a sweep is complete and makes the two stores
+agree on trials that Tune never told this callback about (finished after Tune's last save).
 """
 
 from __future__ import annotations
@@ -18,11 +33,20 @@ from typing import Any
 from ray.tune import Callback
 
 from flcore.config import flatten
+from sweeps.search import (
+    ATTR_MLFLOW_RUN,
+    ATTR_REASON,
+    ATTR_ROUNDS,
+    MLFLOW_OF_STATE,
+    OutcomeRule,
+    StudyLink,
+)
 
 __all__ = ["MLflowDriverCallback", "SweepState"]
 
 _SKIP = {
     "done",
+    "last_round_values",
     "training_iteration",
     "trial_id",
     "date",
@@ -43,6 +67,10 @@ _SKIP = {
     "diverged",
     "node_id",
     "attack_grid_png",
+    "privacy_tags",
+    "dp_guarantee",
+    "rounds_completed",
+    "rounds_total",
 }
 
 
@@ -97,7 +125,14 @@ class MLflowDriverCallback(Callback):
         sweep_name: tag value.
         trial_params: ``config -> flat params`` for a trial (the experiment it runs).
         dataset: tag value.
+        study: the sweep's Optuna study (the record of outcomes); None: outcomes are judged
+            here from the last result by ``rule``.
+        rule: the sweep's objectives, for a trial without an Optuna verdict.
     """
+
+    # defaults for a callback unpickled from a sweep started before these existed
+    study: StudyLink | None = None
+    rule: OutcomeRule | None = None
 
     def __init__(
         self,
@@ -108,13 +143,17 @@ class MLflowDriverCallback(Callback):
         sweep_name: str,
         trial_params: Any,
         dataset: str,
+        study: StudyLink | None = None,
+        rule: OutcomeRule | None = None,
     ) -> None:
         self.uri, self.experiment_id = uri, experiment_id
         self.state_path, self.sweep_name, self.dataset = state_path, sweep_name, dataset
         self.trial_params = trial_params
+        self.study, self.rule = study, rule
         self._client: Any = None
         self._state: SweepState | None = None
         self._tagged: set[str] = set()
+        self._settled: set[str] = set()
 
     # Ray pickles callbacks with the experiment state: keep only plain fields.
     def __getstate__(self) -> dict[str, Any]:
@@ -122,6 +161,7 @@ class MLflowDriverCallback(Callback):
             "_client": None,
             "_state": None,
             "_tagged": set(),
+            "_settled": set(),
         }
 
     @property
@@ -138,39 +178,142 @@ class MLflowDriverCallback(Callback):
             self._state = SweepState(self.state_path)
         return self._state
 
+    # ------------------------------------------------------------------ runs
+    def _optuna_trial(self, trial_id: str) -> Any:
+        """The Optuna trial (frozen, current) that Tune trial ``trial_id`` runs, or None."""
+        return self.study.find(trial_id) if self.study is not None else None
+
+    def _child(self, **tags: str) -> str | None:
+        """The id of a live child run of this sweep's parent with these tags, or None."""
+        parent = self.state.parent_run_id
+        if not parent:
+            return None
+        clauses = [f"tags.`mlflow.parentRunId` = '{parent}'"]
+        clauses += [f"tags.`{k}` = '{v}'" for k, v in tags.items()]
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=" and ".join(clauses),
+            max_results=2,
+            order_by=["attributes.start_time ASC"],
+        )
+        return runs[0].info.run_id if runs else None
+
+    def _existing_run(self, trial_id: str, optuna_trial: Any) -> str | None:
+        """The child run already made for this trial: by its Tune trial id (a driver killed
+        before it saved the map), else by its Optuna trial (a trial taken over after a
+        restart, under a new Tune trial id)."""
+        run_id = self._child(**{"fedsweep.trial_id": trial_id})
+        if run_id is None and optuna_trial is not None:
+            linked = optuna_trial.user_attrs.get(ATTR_MLFLOW_RUN)
+            run_id = self._child(**{"fedsweep.optuna_trial": str(optuna_trial.number)})
+            if run_id is None and linked:
+                run_id = linked
+            if run_id is not None:
+                self._tags(run_id, {"fedsweep.trial_id": trial_id})
+        return run_id
+
     def _run_id(self, trial: Any) -> str:
         run_id = self.state.run_for(trial.trial_id)
         if run_id is not None:
             return run_id
+        optuna_trial = self._optuna_trial(trial.trial_id)
+        run_id = self._existing_run(trial.trial_id, optuna_trial)
+        if run_id is None:
+            run_id = self._create_run(trial.trial_id, dict(trial.config), optuna_trial)
+        self.state.bind(trial.trial_id, run_id)
+        if optuna_trial is not None and optuna_trial.user_attrs.get(ATTR_MLFLOW_RUN) != run_id:
+            self.study.set_attr(optuna_trial, ATTR_MLFLOW_RUN, run_id)  # type: ignore[union-attr]
+        return run_id
+
+    def _create_run(self, trial_id: str, config: dict[str, Any], optuna_trial: Any) -> str:
         from mlflow.entities import Param
 
-        config = {k: v for k, v in trial.config.items()}
         algorithm = config.get("algorithm", "?")
         tags = {
             "mlflow.parentRunId": self.state.parent_run_id or "",
             "fedsweep.sweep": self.sweep_name,
-            "fedsweep.trial_id": trial.trial_id,
+            "fedsweep.trial_id": trial_id,
             "algorithm": algorithm,
             "dataset": self.dataset,
             "status": "RUNNING",
         }
+        if optuna_trial is not None:
+            tags["fedsweep.optuna_trial"] = str(optuna_trial.number)
         run = self.client.create_run(
-            self.experiment_id, run_name=f"{algorithm}-{trial.trial_id}", tags=tags
+            self.experiment_id, run_name=f"{algorithm}-{trial_id}", tags=tags
         )
-        params = [Param(k, str(v)[:6000]) for k, v in flatten(self.trial_params(config)).items()]
+        params: list[Any] = []
+        if "algorithm" in config:
+            params = [
+                Param(k, str(v)[:6000]) for k, v in flatten(self.trial_params(config)).items()
+            ]
         params.append(Param("trial.search_params", json.dumps(config, default=str)[:6000]))
         for i in range(0, len(params), 100):
             self.client.log_batch(run.info.run_id, params=params[i : i + 100])
-        self.state.bind(trial.trial_id, run.info.run_id)
-        return run.info.run_id
+        return str(run.info.run_id)
 
     def _tags(self, run_id: str, tags: dict[str, Any]) -> None:
         from mlflow.entities import RunTag
 
         self.client.log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
 
+    def _close(
+        self,
+        run_id: str,
+        state: str,
+        *,
+        reason: str | None = None,
+        rounds: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """End a run as its Optuna trial ended: ``state`` is COMPLETE, FAIL or PRUNED."""
+        status, tag = MLFLOW_OF_STATE[state]
+        tags: dict[str, Any] = {"status": tag, **(extra or {})}
+        if state == "FAIL":
+            tags["failure_reason"] = reason or "error"
+        if state == "PRUNED":
+            tags["stopped_early"] = "true"
+        if rounds is not None:
+            tags["rounds_completed"] = rounds
+        self._tags(run_id, tags)
+        self.client.set_terminated(run_id, status=status)
+
+    def _close_as_told(
+        self,
+        trial: Any,
+        run_id: str,
+        *,
+        error: bool = False,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Close ``run_id`` as the trial's Optuna trial was told; without one, as the rule
+        judges the last result."""
+        last = trial.last_result or {}
+        rounds = last.get("rounds_completed")
+        told = self._optuna_trial(trial.trial_id)
+        if told is not None and told.state.is_finished():
+            self._close(
+                run_id,
+                told.state.name,
+                reason=told.user_attrs.get(ATTR_REASON),
+                rounds=told.user_attrs.get(ATTR_ROUNDS, rounds),
+                extra={"fedsweep.optuna_trial": told.number, **(extra or {})},
+            )
+            return
+        rule = self.rule or OutcomeRule((), {})
+        outcome = rule.outcome(last, error=error)
+        self._close(run_id, outcome.state, reason=outcome.reason, rounds=rounds, extra=extra)
+
+    # ------------------------------------------------------------------ Tune hooks
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         run_id = self._run_id(trial)
+        told = self._optuna_trial(trial.trial_id)
+        if told is not None and told.state.is_finished():
+            # Tune re-runs a trial that had finished after its last save: the first verdict
+            # and the first run's metrics stand.
+            self._settled.add(trial.trial_id)
+            self._close_as_told(trial, run_id)
+            return
         self.client.update_run(run_id, status="RUNNING")
 
     def on_trial_result(
@@ -178,22 +321,31 @@ class MLflowDriverCallback(Callback):
     ) -> None:
         from mlflow.entities import Metric
 
+        if trial.trial_id in self._settled:
+            return
         run_id = self._run_id(trial)
         step = int(result.get("round", iteration))
         now = int(time.time() * 1000)
-        metrics = [Metric(k, v, now, step) for k, v in _metrics(result).items()]
+        # the last round's own leakage first (an earlier timestamp at the same step), then the
+        # whole-run figures that replace it in the report: MLflow's latest value is the latter
+        own = _metrics(result.get("last_round_values") or {})
+        metrics = [Metric(k, v, now - 1, step) for k, v in own.items()]
+        metrics += [Metric(k, v, now, step) for k, v in _metrics(result).items()]
         self.client.log_batch(run_id, metrics=metrics)
         if result.get("attack_grid_png"):
             self._log_grid(run_id, result["attack_grid_png"])
         if trial.trial_id not in self._tagged:  # once per trial and driver
             self._tagged.add(trial.trial_id)
+            privacy = result.get("privacy_tags") or {}
+            if not privacy and result.get("dp_guarantee"):
+                privacy = {"dp_guarantee": result["dp_guarantee"]}
             self._tags(
                 run_id,
                 {
                     "node_ip": result.get("node_ip", ""),
                     "node_id": result.get("node_id", ""),
                     "device": result.get("device", ""),
-                    "dp_guarantee": result.get("dp_guarantee", ""),
+                    **privacy,
                 },
             )
 
@@ -209,32 +361,6 @@ class MLflowDriverCallback(Callback):
             path.write_bytes(base64.b64decode(png_base64))
             self.client.log_artifact(run_id, str(path), ATTACK_GRID_DIR)
 
-    def on_experiment_end(self, trials: list, **info: Any) -> None:
-        """Close the runs of trials Tune no longer knows (once every trial has ended).
-
-        A driver killed with SIGKILL can lose a trial that Tune had started but not yet saved in
-        its experiment state; the resumed sweep runs a replacement. The lost trial's run is
-        closed as KILLED and tagged ``fedsweep.lost_trial`` (kept, never deleted; exports leave
-        it out), so no run stays RUNNING and each trial of the sweep has exactly one run.
-        """
-        if any(t.status not in ("TERMINATED", "ERROR") for t in trials):
-            return  # interrupted: a later --resume finishes these trials
-        known = {t.trial_id for t in trials}
-        for trial_id, run_id in self.state.data["trials"].items():
-            if trial_id in known:
-                continue
-            if self.client.get_run(run_id).info.status == "RUNNING":
-                self._tags(
-                    run_id,
-                    {
-                        "status": "KILLED",
-                        "fedsweep.lost_trial": "true",
-                        "failure_reason": "lost: the driver was killed before "
-                        "Tune saved this trial; the sweep ran a replacement",
-                    },
-                )
-                self.client.set_terminated(run_id, status="KILLED")
-
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         """A failed attempt that Ray will retry from the trial's last checkpoint."""
         run_id = self._run_id(trial)
@@ -242,14 +368,7 @@ class MLflowDriverCallback(Callback):
         self._tags(run_id, {"retries": retries})
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        run_id = self._run_id(trial)
-        last = trial.last_result or {}
-        if last.get("diverged"):
-            self._tags(run_id, {"status": "FAILED", "failure_reason": "diverged"})
-            self.client.set_terminated(run_id, status="FAILED")
-            return
-        self._tags(run_id, {"status": "FINISHED"})
-        self.client.set_terminated(run_id, status="FINISHED")
+        self._close_as_told(trial, self._run_id(trial))
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         run_id = self._run_id(trial)
@@ -259,12 +378,73 @@ class MLflowDriverCallback(Callback):
                 error = Path(trial.error_file).read_text()
         except OSError:
             pass
-        self._tags(
-            run_id,
-            {
-                "status": "FAILED",
-                "failure_reason": "error",
-                "error": error[-4000:] or "trial raised an error",
-            },
+        self._close_as_told(
+            trial, run_id, error=True, extra={"error": error[-4000:] or "trial raised an error"}
         )
-        self.client.set_terminated(run_id, status="FAILED")
+
+    # ------------------------------------------------------------------ the end
+    def reconcile(self) -> dict[str, int]:
+        """Make MLflow agree with the Optuna study once the sweep is complete.
+
+        - A trial of this sweep still RUNNING in Optuna (its driver died after asking for it
+          and no resumed driver took it over: not expected) is told FAIL, reason ``lost``.
+        - Each of this sweep's Optuna trials gets its child run closed as the trial ended, when
+          the run says otherwise (a trial that finished after Tune's last save and that Tune
+          therefore never reported to this callback again); a trial without any run gets one.
+        - A child run still RUNNING that belongs to no Optuna trial (sweeps without a study
+          link) is closed KILLED and tagged ``fedsweep.lost_trial`` (kept; exports leave it out).
+
+        Returns the counts: ``closed_trials``, ``synced_runs``, ``created_runs``, ``lost_runs``.
+        """
+        counts = dict.fromkeys(("closed_trials", "synced_runs", "created_runs", "lost_runs"), 0)
+        linked: set[str] = set()
+        if self.study is not None:
+            counts["closed_trials"] = len(
+                self.study.close_running(
+                    "lost: the driver was killed after asking for this trial, and no resumed "
+                    "driver ran it"
+                )
+            )
+            for told in self.study.trials():
+                if not self.study.is_ours(told) or not told.state.is_finished():
+                    continue
+                run_id = self._child(**{"fedsweep.optuna_trial": str(told.number)})
+                run_id = run_id or told.user_attrs.get(ATTR_MLFLOW_RUN)
+                if run_id is None:
+                    run_id = self._create_run(f"optuna-{told.number}", dict(told.params), told)
+                    counts["created_runs"] += 1
+                linked.add(run_id)
+                run = self.client.get_run(run_id)
+                status, tag = MLFLOW_OF_STATE[told.state.name]
+                if run.info.status != status or run.data.tags.get("status") != tag:
+                    self._close(
+                        run_id,
+                        told.state.name,
+                        reason=told.user_attrs.get(ATTR_REASON),
+                        rounds=told.user_attrs.get(ATTR_ROUNDS),
+                        extra={"fedsweep.optuna_trial": told.number},
+                    )
+                    counts["synced_runs"] += 1
+        parent = self.state.parent_run_id
+        if parent:
+            running = self.client.search_runs(
+                [self.experiment_id],
+                filter_string=f"tags.`mlflow.parentRunId` = '{parent}' "
+                "and attributes.status = 'RUNNING'",
+                max_results=10000,
+            )
+            for run in running:
+                if run.info.run_id in linked:
+                    continue
+                self._tags(
+                    run.info.run_id,
+                    {
+                        "status": "KILLED",
+                        "fedsweep.lost_trial": "true",
+                        "failure_reason": "lost: the driver was killed before "
+                        "Tune saved this trial; the sweep ran a replacement",
+                    },
+                )
+                self.client.set_terminated(run.info.run_id, status="KILLED")
+                counts["lost_runs"] += 1
+        return counts

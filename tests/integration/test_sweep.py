@@ -69,7 +69,16 @@ def test_two_trial_sweep_parent_children_parquet_and_study(data_root: Path, tmp_
         if tags["algorithm"] == "local":  # nothing uploaded: nothing attacked
             assert "leak_psnr" not in run.data.metrics and attacked == []
         else:  # the trial's grid travelled from its worker to the driver
-            assert run.data.metrics["leak_psnr"] > 0 and run.data.metrics["leak_images"] == 1
+            # the sweep default schedule [first, middle, last] is rounds 1 and 2 here; the run's
+            # figure is over every attacked record, the history keeps each round's own
+            assert run.data.metrics["leak_images"] == 2
+            hist = c.get_metric_history(run.info.run_id, "leak_psnr")
+            per_round = {m.step: m.value for m in hist if m.step == 1}
+            per_round |= {2: min((m for m in hist if m.step == 2), key=lambda m: m.timestamp).value}
+            assert len(hist) == 3 and run.data.metrics["leak_psnr"] == pytest.approx(
+                (per_round[1] + per_round[2]) / 2
+            )
+            assert per_round[1] != per_round[2]
             assert attacked == ["attack/reconstructions.png"]
     assert {run.data.tags["algorithm"] for run in runs} == {"fedavg", "local"}
     df = pd.read_parquet(doc["results_parquet"])
@@ -87,39 +96,102 @@ def test_two_trial_sweep_parent_children_parquet_and_study(data_root: Path, tmp_
     assert all(t["run_id"][:8] in html for t in doc["trials"])
 
 
-def test_failed_and_diverged_trials_are_recorded_while_others_finish(
+def _optuna_trials(tmp: Path, name: str = "t") -> list:
+    import optuna
+
+    return optuna.load_study(
+        study_name=name, storage=f"sqlite:///{tmp / 'sweeps_out' / f'{name}.optuna.db'}"
+    ).trials
+
+
+def test_trial_lifecycle_each_outcome_is_the_same_in_optuna_and_mlflow(
     data_root: Path, tmp_path: Path
 ) -> None:
+    """One sweep, every way a trial can end: finished (epsilon inf, told a stand-in), an
+    objective never measured, diverged, errored, stopped early by ASHA."""
     spec = tiny_spec(
         data_root,
-        algorithms=["fedavg", "fedavg_raises", "fedavg_diverges"],
-        objectives={"accuracy": "max"},
+        algorithms=[
+            "fedavg_steady",
+            "fedavg_unmeasured",
+            "fedavg_lossy",
+            "fedavg_diverges",
+            "fedavg_raises",
+        ],
+        objectives=[
+            {"name": "accuracy", "direction": "max"},
+            {"name": "epsilon", "direction": "min"},
+            # only fedavg_unmeasured can report it: the others take the declared 0.0
+            {"name": "fault_metric", "direction": "min", "missing": 0.0},
+        ],
         num_samples=5,
         max_failures=1,
-        sampler={"name": "random", "seed": 7},
-    )  # draws all three
+        # ASHA ranks on train_loss: fedavg_lossy (+1000) is stopped at its first rung, the two
+        # identical fixed-lr runs (steady, unmeasured) tie and go on
+        scheduler={"name": "asha", "metric": "train_loss", "mode": "min"},
+        # seed 20 draws unmeasured, steady, diverges, raises, lossy: lossy starts after a
+        # steady run has recorded its first rung
+        sampler={"name": "random", "seed": 20},
+    )
     out = cli(
         ["sweep", str(write_spec(tmp_path, spec)), "--json"],
         tmp_path,
         FEDSWEEP_PLUGINS="tests.plugins.faults",
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    by_alg: dict[str, list] = {}
-    for run in child_runs(tmp_path):
-        by_alg.setdefault(run.data.tags["algorithm"], []).append(run)
-    assert set(by_alg) == {"fedavg", "fedavg_raises", "fedavg_diverges"}, by_alg.keys()
-    for run in by_alg["fedavg"]:
-        assert run.info.status == "FINISHED"
-    for run in by_alg["fedavg_raises"]:
-        assert run.info.status == "FAILED"
-        assert run.data.tags["failure_reason"] == "error"
-        assert "injected failure" in run.data.tags["error"]
-        assert run.data.tags["retries"] == "1"  # retried max_failures times, then FAILED
-    for run in by_alg["fedavg_diverges"]:
-        assert run.info.status == "FAILED"
-        assert run.data.tags["failure_reason"] == "diverged"
-        assert "retries" not in run.data.tags  # divergence is not retried
-    assert len(child_runs(tmp_path)) == 5
+    runs = {r.data.tags["algorithm"]: r for r in child_runs(tmp_path)}
+    assert len(child_runs(tmp_path)) == 5 and len(runs) == 5, runs.keys()
+    told = {t.number: t for t in _optuna_trials(tmp_path)}
+    assert len(told) == 5
+
+    expected = {  # algorithm: (Optuna state, MLflow status, status tag, failure_reason)
+        "fedavg_steady": ("COMPLETE", "FINISHED", "FINISHED", None),
+        "fedavg_unmeasured": ("FAIL", "FAILED", "FAILED", "objective not measured: fault_metric"),
+        "fedavg_diverges": ("FAIL", "FAILED", "FAILED", "diverged"),
+        "fedavg_raises": ("FAIL", "FAILED", "FAILED", "error"),
+        "fedavg_lossy": ("PRUNED", "KILLED", "PRUNED", None),
+    }
+    for algorithm, (state, status, tag, reason) in expected.items():
+        run = runs[algorithm]
+        tags = run.data.tags
+        # §4.4: the stores point at each other
+        trial = told[int(tags["fedsweep.optuna_trial"])]
+        assert trial.params["algorithm"] == algorithm
+        assert trial.user_attrs["fedsweep.mlflow_run_id"] == run.info.run_id
+        assert trial.user_attrs["fedsweep.tune_trial_id"] == tags["fedsweep.trial_id"]
+        assert (trial.state.name, run.info.status, tags["status"]) == (state, status, tag)
+        assert tags.get("failure_reason") == reason, (algorithm, tags.get("failure_reason"))
+        if algorithm != "fedavg_raises":  # tagged from the first result (raises reports none)
+            assert tags["dp_guarantee"] == "none"  # the trial's privacy_tags, each a tag
+    # ASHA: stopped after its first rung of two, never FINISHED
+    lossy = runs["fedavg_lossy"].data.tags
+    assert lossy["stopped_early"] == "true" and lossy["rounds_completed"] == "1"
+    assert runs["fedavg_steady"].data.tags["rounds_completed"] == "2"
+    assert "stopped_early" not in runs["fedavg_steady"].data.tags
+    # the unmeasured objective was not invented: absent in MLflow, not the 0.0 of the others
+    assert "fault_metric" not in runs["fedavg_unmeasured"].data.metrics
+    assert runs["fedavg_steady"].data.metrics["fault_metric"] == 0.0
+    # epsilon inf: MLflow keeps inf, Optuna was told the finite stand-in (no DP space: 1000)
+    steady = told[int(runs["fedavg_steady"].data.tags["fedsweep.optuna_trial"])]
+    assert _unsanitize(runs["fedavg_steady"].data.metrics["epsilon"]) == float("inf")
+    assert steady.values[1] == 1000.0
+    assert steady.user_attrs["fedsweep.inf_stand_ins"] == {"epsilon": 1000.0}
+    assert steady.values[0] == runs["fedavg_steady"].data.metrics["accuracy"]
+    # errors are retried (max_failures), divergence is not
+    assert runs["fedavg_raises"].data.tags["retries"] == "1"
+    assert "injected failure" in runs["fedavg_raises"].data.tags["error"]
+    assert "retries" not in runs["fedavg_diverges"].data.tags
+    # the parquet export and the summary see the same outcomes
+    doc = json.loads(out.stdout)
+    assert sorted(t["status"] for t in doc["trials"]) == sorted(
+        ["FINISHED", "FAILED", "FAILED", "FAILED", "KILLED"]
+    )
+    assert doc["reconciled"] == {
+        "closed_trials": 0,
+        "synced_runs": 0,
+        "created_runs": 0,
+        "lost_runs": 0,
+    }
 
 
 def test_dry_run_starts_no_ray(data_root: Path, tmp_path: Path) -> None:
