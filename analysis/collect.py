@@ -1,9 +1,11 @@
 """Gather what the HTML report shows from MLflow: the edge between the store and
 :func:`analysis.report.render_report`.
 
-Reads the runs (and sweep parent runs), computes the fronts, draws the figures into memory,
-fetches the round-by-round histories of the front's runs and the attack image grids, and
-records the provenance of the report itself.
+Reads the runs (and sweep parent runs), chooses the objectives (the sweep's own unless given:
+:mod:`analysis.sweep_objectives`), computes the fronts, draws the figures into memory, fetches
+the round-by-round histories of the front's runs (a run without a formal DP guarantee at
+``epsilon = inf`` there too, its shared part's spend as ``epsilon_shared``) and the attack image
+grids, and records the provenance of the report itself.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ import pandas as pd
 
 from analysis.artifacts import attack_grid, sweep_spec
 from analysis.fronts import FrontAnalysis, analyse_front
+from analysis.guarantees import apply_guarantees_to_histories
 from analysis.load import load_histories, load_runs, open_store
 from analysis.pareto import Objective
 from analysis.report import AttackGrid, ReportData, SweepInfo
+from analysis.sweep_objectives import choose_objectives, sweep_objectives
 from analysis.tables import fmt, run_ids_of
 
 __all__ = ["CURVE_METRICS", "collect_report"]
@@ -99,7 +103,7 @@ def _grids(
 
 def collect_report(
     experiments: Sequence[str],
-    objectives: Sequence[Objective],
+    objectives: Sequence[Objective] | None = None,
     *,
     uri: str | None = None,
     filter_string: str = "",
@@ -114,9 +118,12 @@ def collect_report(
 ) -> ReportData:
     """Everything :func:`analysis.report.render_report` needs, read from the tracking store.
 
+    ``objectives`` None: the sweep's own (:mod:`analysis.sweep_objectives`).
+
     Raises:
         analysis.load.LoadError: a missing store, an unknown experiment, a malformed filter.
-        analysis.fronts.ObjectiveError: an objective no run reports.
+        analysis.fronts.ObjectiveError: an objective no run reports, or (objectives None)
+            runs from sweeps with different objectives.
         ValueError: a ``by`` column the runs lack.
     """
     from analysis.interactive import figure_html, pareto_figure
@@ -129,6 +136,10 @@ def collect_report(
     )
     kind = frame["kind"] if "kind" in frame.columns else pd.Series("run", index=frame.index)
     parents, runs = frame[kind == "sweep"], frame[kind != "sweep"].reset_index(drop=True)
+    source = "--objectives"
+    if objectives is None:
+        objectives, source = choose_objectives(sweep_objectives(frame, client))
+    objectives = list(objectives)
     analysis = analyse_front(runs, objectives, by=by, reference=reference)
     table = analysis.result.table
     data = ReportData(
@@ -146,6 +157,7 @@ def collect_report(
         sweeps=_sweeps(parents, client),
         generator=_generator(),
         filter_string=filter_string,
+        objectives_from=source,
     )
     with tempfile.TemporaryDirectory(prefix="fedsweep-report-") as tmp_name:
         tmp = Path(tmp_name)
@@ -158,10 +170,12 @@ def collect_report(
         chosen = _chosen_runs(analysis, max_curves)
         if chosen:
             history = load_histories(chosen, CURVE_METRICS, uri=client.tracking_uri)
+            history = apply_guarantees_to_histories(history, runs)
             if len(history):
                 algorithm = dict(zip(runs["run_id"], runs["algorithm"], strict=True))
                 labels = {i: f"{algorithm.get(i)} {i[:6]}" for i in chosen}
-                metrics = [m for m in CURVE_METRICS if (history["metric"] == m).any()]
+                shown = (*CURVE_METRICS, "epsilon_shared")  # a shared-only run's old epsilon
+                metrics = [m for m in shown if (history["metric"] == m).any()]
                 data.curves_png = plot_rounds(
                     history, metrics, tmp / "curves.png", labels=labels
                 ).read_bytes()

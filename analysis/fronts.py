@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analysis.pareto import Objective, ParetoResult, hypervolume, pareto_front
+from analysis.validity import exclusion_reasons
 
 __all__ = [
     "FrontAnalysis",
@@ -85,10 +86,11 @@ def config_columns(df: pd.DataFrame) -> list[str]:
 
 
 def repeated_seeds(df: pd.DataFrame, keys: Sequence[str], ok_status: str = "FINISHED") -> bool:
-    """Whether some configuration ran with more than one seed (among the usable runs)."""
+    """Whether some configuration ran with more than one seed (among the runs that may stand
+    on a front: finished, not pruned, not stopped early)."""
     if not keys or "params.seed" not in df.columns:
         return False
-    ok = df if "status" not in df.columns else df[df["status"] == ok_status]
+    ok = df.loc[exclusion_reasons(df, [], ok_status=ok_status).isna().to_numpy()]
     if not len(ok):
         return False
     seeds = ok.groupby(list(keys), dropna=False, sort=False)["params.seed"].nunique(dropna=False)

@@ -3,8 +3,10 @@
 The same picture as :func:`analysis.plots.plot_pareto_2d`: one colour per group, each group's
 front solid and joined by a staircase, its dominated points faint, the front over all groups
 dashed; infinite values (a non-DP epsilon) sit in a shaded band past the finite range with an
-``∞`` tick. Plotly is imported lazily; :func:`figure_html` embeds plotly.js so the page works
-offline.
+``∞`` tick; a figure whose epsilon axis mixes neighbouring relations carries the note of
+:func:`analysis.guarantees.relation_note` under the plot. Hover shows each run's
+``dp_guarantee`` when the table has it. Plotly is imported lazily; :func:`figure_html` embeds
+plotly.js so the page works offline.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.guarantees import relation_note
 from analysis.pareto import Objective
 from analysis.plots import _INF_GAP, _AxisMap, _front_order, _inf_text, axis_label
 
@@ -121,14 +124,21 @@ def pareto_figure(
     data[x.name] = data[x.name].astype(float)
     data[y.name] = data[y.name].astype(float)
     data = data.loc[data[[x.name, y.name]].notna().all(axis=1).to_numpy()]
+    note = relation_note(data, [x.name, y.name])
     xs, ys = data[x.name].to_numpy(), data[y.name].to_numpy()
     xmap, ymap = _AxisMap.of(xs), _AxisMap.of(ys)
     px, py = xmap(xs), ymap(ys)
     ids = data["run_id"].astype(str).to_numpy() if "run_id" in data else np.full(len(data), "")
-    hover = np.column_stack([ids, [_text(v) for v in xs], [_text(v) for v in ys]])
+    guarantee = (
+        data["dp_guarantee"].fillna("–").astype(str).to_numpy()
+        if "dp_guarantee" in data
+        else np.full(len(data), "–")
+    )
+    hover = np.column_stack([ids, [_text(v) for v in xs], [_text(v) for v in ys], guarantee])
     template = (
         f"run %{{customdata[0]}}<br>{x.name} = %{{customdata[1]}}<br>"
-        f"{y.name} = %{{customdata[2]}}<extra>%{{fullData.name}}</extra>"
+        f"{y.name} = %{{customdata[2]}}<br>dp_guarantee = %{{customdata[3]}}"
+        "<extra>%{fullData.name}</extra>"
     )
     groups = (
         {str(k): v for k, v in data.groupby(by, dropna=False, sort=True).indices.items()}
@@ -189,9 +199,23 @@ def pareto_figure(
         shapes=_bands(xmap, "x") + _bands(ymap, "y"),
         template="plotly_white",
         legend={"title": {"text": by or ""}},
-        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        margin={"l": 60, "r": 20, "t": 50, "b": 110 if note else 50},
         height=480,
     )
+    if note:
+        fig.add_annotation(
+            text="note: " + note,
+            xref="paper",
+            yref="paper",
+            x=0,
+            y=-0.2,
+            xanchor="left",
+            yanchor="top",
+            showarrow=False,
+            align="left",
+            width=900,
+            font={"size": 11, "color": "#8a4b00"},
+        )
     return fig
 
 

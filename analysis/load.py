@@ -3,12 +3,17 @@
 This module is the edge where analysis meets the tracking store: everything else in
 ``analysis/`` is a pure function of the frames it returns. One row per run; the columns are
 those of :func:`sweeps.export.runs_frame` (``run_id``, ``status``, ``algorithm``, ``dataset``,
-``sweep``, ``failure_reason``, ``dp_guarantee``, every metric's final value under its plain name,
-the config as ``params.<key>``) plus ``experiment`` and ``experiment_id``, the run's kind
-(``kind``: ``sweep`` for a sweep's parent run) and the provenance tags under ``tags.<key>``.
+``sweep``, ``failure_reason``, ``dp_guarantee``, ``dp_relation``, ``client_sampling``,
+``trial_status``, ``stopped_early``, ``rounds_completed``, every metric's final value under its
+plain name, the config as ``params.<key>``) plus ``experiment`` and ``experiment_id``, the run's
+kind (``kind``: ``sweep`` for a sweep's parent run) and the provenance tags under
+``tags.<key>``. A run tagged ``dp_guarantee`` ``shared-only`` or ``none`` reads
+``epsilon = inf`` (:mod:`analysis.guarantees`).
 
-Failed and killed runs stay in the frame with their status: the Pareto functions leave them out
-and count them. Sweep parent runs and lost trials are left out unless asked for.
+Failed, pruned, killed and early-stopped runs stay in the frame with their status: the Pareto
+functions leave them out and count them (:mod:`analysis.validity`). Sweep parent runs and lost
+trials are left out unless asked for. A Parquet file exported before these rules existed is
+read as it is; :func:`analysis.pareto.pareto_front` applies them to it.
 """
 
 from __future__ import annotations

@@ -11,6 +11,11 @@ Everything here is a pure function of arrays or DataFrames. Conventions:
   (mask ``False``, rank ``-1``) and counted as invalid by :func:`pareto_front`.
 * Point ``j`` dominates ``i`` when ``j`` is at least as good in every objective and strictly
   better in one, so identical points never dominate each other and are all kept.
+* :func:`pareto_front` is the one function every front of a table of runs goes through (the
+  CLI, the report, a sweep's summary), so it applies the rules of what may stand on a front:
+  a run without a formal DP guarantee stands at ``epsilon = inf``
+  (:mod:`analysis.guarantees`), and failed, pruned, early-stopped and unmeasured runs are left
+  out and counted (:mod:`analysis.validity`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
+
+from analysis.guarantees import DP_TAG_COLUMNS, apply_guarantees, join_tags, relation_note
+from analysis.validity import count_reasons, exclusion_reasons
 
 __all__ = [
     "Objective",
@@ -266,11 +274,17 @@ class ParetoResult:
             configuration: objective means, ``<objective>_std`` and ``n_seeds`` (and
             ``run_ids``, ``run_id`` when the runs have ids).
         n_runs: rows in the input.
-        n_failed: rows whose status was not the ok status; left out.
-        n_invalid: rows (before seed aggregation) with a NaN objective; left out.
+        n_failed: left-out rows that did not finish: an MLflow status or a trial status
+            other than the ok status, or stopped early.
+        n_invalid: every row (before seed aggregation) left out of the fronts: the
+            ``n_failed`` ones and those lacking an objective value.
         objectives: the objectives used.
         by: the grouping column of the per-group fronts, if any.
         per_group: the front of each value of ``by`` (keys are ``str`` of the value).
+        invalid_reasons: ``{reason: rows}`` of the ``n_invalid`` rows (see
+            :mod:`analysis.validity`).
+        notes: warnings about what the fronts compare (e.g. epsilons under different
+            neighbouring relations), for every output to show.
     """
 
     front: pd.DataFrame
@@ -281,6 +295,8 @@ class ParetoResult:
     objectives: list[Objective]
     by: str | None = None
     per_group: dict[str, pd.DataFrame] = field(default_factory=dict)
+    invalid_reasons: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 def _require_columns(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
@@ -304,7 +320,9 @@ def _aggregate_seeds(df: pd.DataFrame, names: list[str], keys: list[str]) -> pd.
     """One row per configuration: mean and sample std of each objective, and ``n_seeds``.
 
     With a ``run_id`` column the row keeps its runs: ``run_ids`` (comma-separated, in input
-    order) and ``run_id`` (the first of them, a handle for links and JSON).
+    order) and ``run_id`` (the first of them, a handle for links and JSON). The DP tag columns
+    (``dp_guarantee``, ``dp_relation``, ``client_sampling``) are kept: what the mean epsilon
+    means.
     """
     groups = df.groupby(keys, dropna=False, sort=True)
     parts = [
@@ -315,6 +333,9 @@ def _aggregate_seeds(df: pd.DataFrame, names: list[str], keys: list[str]) -> pd.
     if "run_id" in df.columns and "run_id" not in keys:
         ids = groups["run_id"]
         parts += [ids.agg(lambda s: ",".join(map(str, s))).rename("run_ids"), ids.first()]
+    for col in DP_TAG_COLUMNS:
+        if col in df.columns and col not in keys:
+            parts.append(groups[col].agg(lambda s: join_tags(list(s))).rename(col))
     return pd.concat(parts, axis=1).reset_index()
 
 
@@ -329,8 +350,11 @@ def pareto_front(
 ) -> ParetoResult:
     """The Pareto front of a table of runs (one row per run).
 
-    Steps: drop rows whose ``status_col`` (when the column exists) is not ``ok_status``
-    (``n_failed``); drop rows with a NaN objective (``n_invalid``); with ``group_cols``,
+    Steps: place the runs without a formal DP guarantee at ``epsilon = inf``
+    (:func:`analysis.guarantees.apply_guarantees`); leave out, and count, the runs that may not
+    stand on a front (:mod:`analysis.validity`: a ``status_col`` other than ``ok_status``, a
+    trial FAILED or PRUNED, a trial stopped early: ``n_failed``; and a NaN objective: all of
+    them ``n_invalid``, by reason in ``invalid_reasons``); with ``group_cols``,
     average the remaining seeds of each configuration (``by`` is added to the keys so it
     survives; missing values in the keys, e.g. a non-DP run's noise multiplier, form their own
     configuration); rank the rows.
@@ -362,20 +386,20 @@ def pareto_front(
         _require_columns(df, list(group_cols), "configuration")
 
     n_runs = len(df)
-    n_failed = 0
-    if status_col in df.columns:
-        ok = (df[status_col] == ok_status).to_numpy()
-        n_failed = int((~ok).sum())
-        df = df.loc[ok]
-    df = df.copy()
+    df = apply_guarantees(df)
     for name in names:
         try:
-            df[name] = df[name].astype(float)
+            pd.to_numeric(df[name], errors="raise")
         except (TypeError, ValueError) as err:
             raise ValueError(f"objective column {name!r} is not numeric: {err}") from None
-    invalid = df[names].isna().any(axis=1)
-    n_invalid = int(invalid.sum())
-    df = df.loc[~invalid.to_numpy()]
+    reasons = exclusion_reasons(df, names, status_col=status_col, ok_status=ok_status)
+    left_out = reasons.notna().to_numpy()
+    unmeasured = reasons.str.startswith("not measured").fillna(False).to_numpy(dtype=bool)
+    n_invalid = int(left_out.sum())
+    n_failed = int((left_out & ~unmeasured).sum())
+    df = df.loc[~left_out].copy()
+    for name in names:
+        df[name] = pd.to_numeric(df[name]).astype(float)
 
     if group_cols is not None:
         keys = list(group_cols) + ([by] if by is not None and by not in group_cols else [])
@@ -397,6 +421,7 @@ def pareto_front(
             rows = table.iloc[positions[on_group_front[positions]]]
             per_group[str(key)] = _best_first(rows, objectives)
     front = _best_first(table.loc[table["on_front"].to_numpy()], objectives)
+    note = relation_note(table, names)
     return ParetoResult(
         front=front,
         table=table,
@@ -406,4 +431,6 @@ def pareto_front(
         objectives=objectives,
         by=by,
         per_group=per_group,
+        invalid_reasons=count_reasons(reasons),
+        notes=[note] if note else [],
     )

@@ -7,7 +7,12 @@ state, so plotting works headless and never changes a notebook's backend.
 Infinite values (a non-DP run has ``epsilon = +inf``) are drawn, not dropped: the axis gets a
 shaded band past its finite range, separated by a dashed "axis break" line, and the infinite
 points sit in the middle of that band, whose tick reads ``ε = ∞ (no DP)`` for an epsilon axis
-and ``∞`` otherwise (``-inf`` gets the same treatment on the other side).
+and ``∞`` otherwise (``-inf`` gets the same treatment on the other side). A run without a formal
+DP guarantee (``dp_guarantee`` ``shared-only`` or ``none``) has ``epsilon = inf`` in the tables
+:func:`analysis.pareto.pareto_front` returns, so it is drawn in that band.
+
+A plot whose epsilon axis mixes neighbouring relations (``dp_relation``) says so under the axes
+and in the PNG's ``Description`` text chunk (:func:`analysis.guarantees.relation_note`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.guarantees import relation_note
 from analysis.pareto import Objective, non_dominated_mask
 
 __all__ = ["axis_label", "plot_embeddings", "plot_pareto_2d"]
@@ -179,7 +185,9 @@ def plot_pareto_2d(
     data[x.name] = data[x.name].astype(float)
     data[y.name] = data[y.name].astype(float)
     n_hidden = int(data[[x.name, y.name]].isna().any(axis=1).sum())
-    data = data.loc[data[[x.name, y.name]].notna().all(axis=1).to_numpy()]
+    drawn = data[[x.name, y.name]].notna().all(axis=1).to_numpy()
+    data = data.loc[drawn]
+    note = relation_note(table.loc[drawn], [x.name, y.name])
     groups = (
         {str(k): v for k, v in data.groupby(by, dropna=False, sort=True).indices.items()}
         if by is not None
@@ -241,10 +249,14 @@ def plot_pareto_2d(
     ax.set_title(title if title is not None else default)
     if len(data):
         ax.legend(title=by, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    if note:
+        import textwrap
+
+        fig.supxlabel("note: " + textwrap.fill(note, 120), fontsize=7.5, color="#8a4b00")
 
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=150, format="png")
+    fig.savefig(out, dpi=150, format="png", metadata={"Description": note} if note else None)
     return out
 
 

@@ -4,6 +4,12 @@ attacks, the paper's numbers beside ours, provenance.
 :func:`render_report` is a pure function of a :class:`ReportData` (frames, image bytes, dicts):
 images become base64 ``data:`` URIs and plotly.js is inlined, so the page needs no network and
 no other file. :mod:`analysis.collect` gathers a ``ReportData`` from MLflow.
+
+The summary counts the runs left out of the fronts as invalid, by reason (not FINISHED, a trial
+FAILED or PRUNED, stopped early, an objective not measured: :mod:`analysis.validity`), with the
+failure reasons the runs were tagged with. The front table shows what each epsilon guarantees
+(``dp_guarantee``, ``dp_relation``), and the notes of the front (epsilons under different
+neighbouring relations) stand above the plot and the table.
 """
 
 from __future__ import annotations
@@ -33,6 +39,15 @@ from analysis.tables import (
 __all__ = ["AttackGrid", "ReportData", "SweepInfo", "render_report", "run_url"]
 
 _LEAK = ("leak_psnr", "leak_ssim", "leak_lpips", "leak_psnr_max", "leak_ssim_max")
+#: beside each attack grid: the raw figures, then what they gain over a no-information guess
+_LEAK_CAPTION = (
+    *_LEAK,
+    "leak_psnr_gain",
+    "leak_identified",
+    "leak_informative",
+    "leak_psnr_gain_worst_round",
+    "leak_identified_worst_round",
+)
 #: shown beside each attack grid, not as provenance
 _ATTACK_TAGS = {"tags.leak_lpips_reason", "tags.leak_reason", "tags.attack", "tags.attack.labels"}
 
@@ -78,6 +93,7 @@ class ReportData:
     attack_grids: list[AttackGrid] = field(default_factory=list)
     generator: dict[str, str] = field(default_factory=dict)
     filter_string: str = ""
+    objectives_from: str = "--objectives"
 
 
 def run_url(base: str, experiment_id: str, run_id: str) -> str:
@@ -101,6 +117,15 @@ def _links(data: ReportData, ids: list[str]) -> list[dict[str, str]]:
     ]
 
 
+def _guarantee(row: pd.Series) -> str:
+    """``"isrl (add-remove)"``; ``""`` for a run made before the tags existed."""
+    parts = [row.get(c) for c in ("dp_guarantee", "dp_relation")]
+    guarantee, relation = (p if isinstance(p, str) and p else None for p in parts)
+    if guarantee is None:
+        return ""
+    return guarantee + (f" ({relation})" if relation else "")
+
+
 def _front_rows(data: ReportData) -> list[dict[str, Any]]:
     result = data.analysis.result
     on_group = "on_group_front" in result.front.columns
@@ -110,6 +135,7 @@ def _front_rows(data: ReportData) -> list[dict[str, Any]]:
             {
                 "group": fmt(row.get(data.by)) if data.by in row.index else "",
                 "values": [mean_std(row, o.name) for o in result.objectives],
+                "guarantee": _guarantee(row),
                 "seeds": int(row["n_seeds"]) if "n_seeds" in row.index else None,
                 "group_front": bool(row["on_group_front"]) if on_group else None,
                 "runs": _links(data, run_ids_of(row)),
@@ -202,7 +228,7 @@ def _attack_metrics(data: ReportData, run_id: str) -> str:
     if not len(row):
         return ""
     first = row.iloc[0]
-    parts = [f"{m} {fmt(first[m])}" for m in _LEAK if m in row.columns]
+    parts = [f"{m} {fmt(first[m])}" for m in _LEAK_CAPTION if m in row.columns]
     reason = first.get("tags.leak_lpips_reason")
     if isinstance(reason, str) and reason:
         parts.append(f"no LPIPS: {reason}")
@@ -226,11 +252,12 @@ def _context(data: ReportData) -> dict[str, Any]:
     result = data.analysis.result
     objectives: list[Objective] = result.objectives
     statuses = data.analysis.statuses
-    reasons: dict[str, int] = {}
+    failures: dict[str, int] = {}
     if {"failure_reason", "status"} <= set(data.runs.columns):
         bad = data.runs[data.runs["status"] != "FINISHED"]
-        for reason in bad["failure_reason"].fillna("unknown"):
-            reasons[str(reason)] = reasons.get(str(reason), 0) + 1
+        for reason in bad["failure_reason"].dropna():
+            failures[str(reason)] = failures.get(str(reason), 0) + 1
+    front = _front_rows(data)
     return {
         "d": data,
         "objectives": [str(o) for o in objectives],
@@ -238,8 +265,12 @@ def _context(data: ReportData) -> dict[str, Any]:
         "n_runs": result.n_runs,
         "n_failed": result.n_failed,
         "n_invalid": result.n_invalid,
+        "invalid_reasons": result.invalid_reasons,
+        "failures": failures,
+        "notes": result.notes,
+        "objectives_from": data.objectives_from,
+        "show_guarantee": any(r["guarantee"] for r in front),
         "statuses": statuses,
-        "reasons": reasons,
         "seeds_averaged": data.analysis.seeds_averaged,
         "hypervolume": {k: fmt(v) for k, v in data.analysis.hypervolume.items()},
         "sweeps": [
@@ -257,7 +288,7 @@ def _context(data: ReportData) -> dict[str, Any]:
         ],
         "shared": [(k, fmt(v)) for k, v in sorted(shared_config(data.runs).items())],
         "pareto_png": _data_uri(data.pareto_png) if data.pareto_png else None,
-        "front": _front_rows(data),
+        "front": front,
         "best": _best_rows(data),
         "communication": _communication_rows(data.runs),
         "curves_png": _data_uri(data.curves_png) if data.curves_png else None,

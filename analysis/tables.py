@@ -12,7 +12,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.fronts import FrontAnalysis, config_columns
+from analysis.guarantees import DP_TAG_COLUMNS
 from analysis.pareto import Objective
+from analysis.validity import exclusion_reasons
 
 __all__ = [
     "best_configs",
@@ -76,6 +78,10 @@ def _record(row: pd.Series, objectives: Sequence[Objective], by: str | None) -> 
         out["algorithm"] = row["algorithm"]
     if by is not None and by != "algorithm":
         out[by] = row[by]
+    # What the row's epsilon means: always there, null for runs made before the tags existed.
+    for col in DP_TAG_COLUMNS:
+        value = row.get(col)
+        out[col] = value if isinstance(value, str) and value else None
     for o in objectives:
         out[o.name] = float(row[o.name])
         std = row.get(f"{o.name}_std")
@@ -88,8 +94,9 @@ def _record(row: pd.Series, objectives: Sequence[Objective], by: str | None) -> 
 
 
 def front_records(analysis: FrontAnalysis, by: str | None = "algorithm") -> list[dict[str, Any]]:
-    """The overall front as JSON-ready dicts: ``run_id``, ``algorithm``, each objective (and
-    ``<objective>_std``, ``n_seeds``, ``run_ids`` where seeds were averaged)."""
+    """The overall front as JSON-ready dicts: ``run_id``, ``algorithm``, ``dp_guarantee``,
+    ``dp_relation``, ``client_sampling`` (null where the run has no such tag), each objective
+    (and ``<objective>_std``, ``n_seeds``, ``run_ids`` where seeds were averaged)."""
     objectives = analysis.result.objectives
     return [_record(row, objectives, by) for _, row in analysis.result.front.iterrows()]
 
@@ -135,7 +142,7 @@ def best_configs(
     the first objective), with the objectives as ``mean ± std`` strings, the seed count where
     seeds were averaged, the run ids, and the params that vary inside that group."""
     objectives = analysis.result.objectives
-    ok = runs[runs["status"] == "FINISHED"] if "status" in runs.columns else runs
+    ok = runs.loc[exclusion_reasons(runs, []).isna().to_numpy()]
     out: dict[str, pd.DataFrame] = {}
     for group, front in analysis.result.per_group.items():
         mine = ok[ok[by].astype(str) == group] if by in ok.columns else ok
@@ -164,15 +171,17 @@ def _rounds(df: pd.DataFrame) -> pd.Series:
 def communication(df: pd.DataFrame, *, reference: str = "fedavg") -> pd.DataFrame:
     """Mean bytes per round per algorithm and setting, and the upload relative to ``reference``.
 
-    One row per (algorithm, dataset, num_clients, client_fraction) among finished runs with
-    ``bytes_up``: ``runs``, ``up_per_round`` and ``down_per_round`` (medians over runs of
-    bytes / rounds), and ``up_vs_<reference>``, the ratio to the reference algorithm's upload in
-    the same setting (NaN where the setting has no reference run).
+    One row per (algorithm, dataset, num_clients, client_fraction) among the runs that may stand
+    on a front (finished, not pruned, not stopped early) with ``bytes_up``: ``runs``,
+    ``up_per_round`` and ``down_per_round`` (medians over runs of bytes / rounds), and
+    ``up_vs_<reference>``, the ratio to the reference algorithm's upload in the same setting
+    (NaN where the setting has no reference run).
     """
     needed = {"bytes_up", "bytes_down", "algorithm"}
     if not needed <= set(df.columns):
         return pd.DataFrame()
-    ok = df[df["status"] == "FINISHED"] if "status" in df.columns else df
+    # A stopped or failed run's bytes over its planned rounds would be a made-up figure.
+    ok = df.loc[exclusion_reasons(df, []).isna().to_numpy()]
     ok = ok[ok["bytes_up"].notna()]
     if not len(ok):
         return pd.DataFrame()

@@ -145,7 +145,7 @@ def attack(
     from sweeps.experiment import run_experiment
 
     assert cfg.attack is not None and cfg.attack.rounds
-    stop = max(cfg.attack.rounds)
+    stop = max(cfg.attack.resolved_rounds(cfg.rounds))  # first/middle/last resolved
 
     def go() -> dict[str, Any]:
         return run_experiment(
@@ -188,7 +188,7 @@ def _attack_doc(result: dict[str, Any], cfg: Any) -> dict[str, Any]:
         "iterations": result.get("leak_iterations"),
         "attack": cfg.attack.name,
         "algorithm": cfg.algorithm,
-        "rounds": cfg.attack.rounds,
+        "rounds": list(cfg.attack.resolved_rounds(cfg.rounds)),
         "clients": cfg.attack.clients,
         "label_accuracy": result.get("leak_label_accuracy"),
         "attack_seconds": result.get("leak_seconds"),
@@ -284,7 +284,10 @@ class QueryFormat(StrEnum):
     parquet = "parquet"
 
 
-_OBJECTIVES_HELP = "objectives as name:max|min, comma-separated"
+_OBJECTIVES_HELP = (
+    "objectives as name:max|min, comma-separated (default: the sweep's own objectives when "
+    "the runs come from sweeps, else accuracy:max,epsilon:min)"
+)
 _QUERY_COLUMNS = (
     "run_id",
     "experiment",
@@ -292,6 +295,7 @@ _QUERY_COLUMNS = (
     "status",
     "accuracy",
     "epsilon",
+    "dp_guarantee",  # why an epsilon reads inf
     "bytes_up",
     "seconds",
 )
@@ -323,6 +327,10 @@ def _reference_or_fail(text: str | None, n: int) -> list[float] | None:
     return values
 
 
+def _count(text: str | None) -> int:
+    return len(text.split(",")) if text is not None else 0
+
+
 def _runs_or_fail(
     experiments: list[str] | None,
     parquet: Path | None = None,
@@ -350,6 +358,38 @@ def _runs_or_fail(
     return df
 
 
+def _default_objectives_or_fail(df: Any, parquet: Path | None) -> tuple[list[Any], str]:
+    """The sweep's own objectives (see :mod:`analysis.sweep_objectives`); exit 2 when the
+    runs' sweeps disagree."""
+    from analysis.fronts import ObjectiveError
+    from analysis.load import LoadError, open_store
+    from analysis.sweep_objectives import default_objectives
+
+    try:
+        client = open_store()
+    except LoadError as exc:
+        if parquet is None:
+            _fail(str(exc))
+        client = None  # a Parquet file read without its store: the default
+    try:
+        return default_objectives(df, client)
+    except ObjectiveError as exc:
+        _fail(str(exc))
+
+
+def _left_out(result: Any) -> str:
+    """``"3 left out as invalid: 2 stopped early, 1 FAILED"``."""
+    if not result.n_invalid:
+        return "none left out"
+    reasons = ", ".join(f"{n} {r}" for r, n in result.invalid_reasons.items())
+    return f"{result.n_invalid} left out as invalid: {reasons}"
+
+
+def _print_notes(notes: list[str]) -> None:
+    for note in notes:
+        Console().print(f"[bold yellow]note:[/] {note}", highlight=False)
+
+
 def _print_fronts(analysis: Any, title: str, by: str | None) -> None:
     from rich.table import Table
 
@@ -359,8 +399,11 @@ def _print_fronts(analysis: Any, title: str, by: str | None) -> None:
     overall = set(result.front.get("run_id", []))
     names = [o.name for o in result.objectives]
     seeds = "n_seeds" in result.table.columns
+    # What each epsilon guarantees (shared-only and none stand at inf), where runs say it.
+    dp = "dp_guarantee" in result.table.columns and result.table["dp_guarantee"].notna().any()
     table = Table(title=title)
-    for col in [by or "front", *names, *(["seeds"] if seeds else []), "overall", "run_id(s)"]:
+    columns = [by or "front", *names, *(["dp_guarantee"] if dp else [])]
+    for col in [*columns, *(["seeds"] if seeds else []), "overall", "run_id(s)"]:
         table.add_column(col)
     fronts = result.per_group if by is not None else {"all": result.front}
     for group in sorted(fronts):
@@ -368,6 +411,7 @@ def _print_fronts(analysis: Any, title: str, by: str | None) -> None:
             table.add_row(
                 group,
                 *[mean_std(row, n) for n in names],
+                *([fmt(row.get("dp_guarantee"))] if dp else []),
                 *([fmt(row["n_seeds"])] if seeds else []),
                 "*" if row.get("run_id") in overall else "",
                 " ".join(run_ids_of(row)),
@@ -384,7 +428,7 @@ def pareto(
     parquet: Annotated[
         Path | None, typer.Option(help="read the runs from this Parquet file instead")
     ] = None,
-    objectives: Annotated[str, typer.Option(help=_OBJECTIVES_HELP)] = "accuracy:max,epsilon:min",
+    objectives: Annotated[str | None, typer.Option(help=_OBJECTIVES_HELP)] = None,
     by: Annotated[str, typer.Option(help="a front per value of this column; 'none': one")] = (
         "algorithm"
     ),
@@ -398,15 +442,24 @@ def pareto(
     out: Annotated[Path, typer.Option(help="folder for the PNG, CSVs and HTML")] = Path("."),
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
-    """Pareto fronts per group and overall: print them, write a PNG, CSVs and an HTML plot."""
+    """Pareto fronts per group and overall: print them, write a PNG, CSVs and an HTML plot.
+
+    Runs that are not FINISHED, trials FAILED or PRUNED or stopped early, and runs lacking an
+    objective value are left out and counted as invalid; a run without a formal DP guarantee
+    (dp_guarantee shared-only or none) stands at epsilon = inf."""
     from analysis.fronts import analyse_front
     from analysis.outputs import file_stem, write_front_files
     from analysis.tables import front_records, group_front_records
 
-    objs = _objectives_or_fail(objectives)
-    ref = _reference_or_fail(reference, len(objs))
+    objs = _objectives_or_fail(objectives) if objectives is not None else None
+    if objs is not None:
+        _reference_or_fail(reference, len(objs))  # bad input fails before reading the store
     group = None if by.lower() == "none" else by
     df = _runs_or_fail(experiment, parquet, filter_, sweep_name)
+    source = "--objectives"
+    if objs is None:
+        objs, source = _default_objectives_or_fail(df, parquet)
+    ref = _reference_or_fail(reference, len(objs))
     try:
         analysis = analyse_front(df, objs, by=group, reference=ref)
     except ValueError as exc:
@@ -422,10 +475,13 @@ def pareto(
             "experiments": experiment or [],
             "parquet": str(parquet) if parquet else None,
             "objectives": [str(o) for o in objs],
+            "objectives_from": source,
             "by": group,
             "n_runs": result.n_runs,
             "n_failed": result.n_failed,
             "n_invalid": result.n_invalid,
+            "invalid_reasons": result.invalid_reasons,
+            "notes": result.notes,
             "statuses": analysis.statuses,
             "seeds_averaged": analysis.seeds_averaged,
             "front": front_records(analysis, group),
@@ -438,9 +494,11 @@ def pareto(
     _print_fronts(
         analysis,
         f"Pareto fronts of {stem}{f' per {group}' if group else ''} ({result.n_runs} runs, "
-        f"{result.n_failed} not finished and left out; * = on the overall front)",
+        f"{_left_out(result)}; * = on the overall front)",
         group,
     )
+    Console().print(f"objectives: {', '.join(map(str, objs))} ({source})", highlight=False)
+    _print_notes(result.notes)
     if analysis.hypervolume:
         Console().print(
             "hypervolume: " + ", ".join(f"{k} {v:.6g}" for k, v in analysis.hypervolume.items())
@@ -525,7 +583,7 @@ def report(
         list[str], typer.Option("--experiment", "-e", help="MLflow experiment (repeatable)")
     ],
     out: Annotated[Path, typer.Option(help="the HTML file")] = Path("report.html"),
-    objectives: Annotated[str, typer.Option(help=_OBJECTIVES_HELP)] = "accuracy:max,epsilon:min",
+    objectives: Annotated[str | None, typer.Option(help=_OBJECTIVES_HELP)] = None,
     by: Annotated[str, typer.Option(help="the grouping column")] = "algorithm",
     filter_: Annotated[str, typer.Option("--filter", help="MLflow filter string")] = "",
     sweep_name: Annotated[
@@ -544,8 +602,10 @@ def report(
     from analysis.load import LoadError
     from analysis.report import render_report
 
-    objs = _objectives_or_fail(objectives)
-    ref = _reference_or_fail(reference, len(objs))
+    objs = _objectives_or_fail(objectives) if objectives is not None else None
+    # With the sweep's objectives the count is known only once the runs are read:
+    # analyse_front then checks the length.
+    ref = _reference_or_fail(reference, len(objs) if objs is not None else _count(reference))
     if out.exists() and out.is_dir():
         _fail(f"--out {out} is a folder; give a file name such as {out / 'report.html'}")
     try:
@@ -565,10 +625,15 @@ def report(
     html = render_report(data)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(html, encoding="utf-8")
+    result = data.analysis.result
     err_console.print(
-        f"wrote {out} ({len(html) / 1e6:.1f} MB, {data.analysis.result.n_runs} runs, "
-        f"{len(data.analysis.result.front)} on the front)"
+        f"wrote {out} ({len(html) / 1e6:.1f} MB, {result.n_runs} runs, {_left_out(result)}, "
+        f"{len(result.front)} on the front; objectives "
+        f"{', '.join(map(str, result.objectives))} from {data.objectives_from})",
+        highlight=False,
     )
+    for note in result.notes:
+        err_console.print(f"[bold yellow]note:[/] {note}", highlight=False)
 
 
 @app.command()
@@ -580,6 +645,7 @@ def curves(
     out: Annotated[Path, typer.Option(help="the PNG")] = Path("curves.png"),
 ) -> None:
     """Round-by-round curves of chosen runs (default: accuracy and bytes uploaded per round)."""
+    from analysis.guarantees import apply_guarantees_to_histories
     from analysis.load import LoadError, load_histories, load_run_ids
     from analysis.rounds import plot_rounds
 
@@ -589,6 +655,9 @@ def curves(
         history = load_histories(run_ids, metrics)
     except LoadError as exc:
         _fail(str(exc))
+    # A run without a formal guarantee has epsilon inf in every round, as on the fronts.
+    history = apply_guarantees_to_histories(history, runs)
+    history = history[history["metric"].isin(metrics)]
     if not len(history):
         _fail(f"none of these runs logged {', '.join(metrics)}")
     labels = {r: f"{a} {r[:6]}" for r, a in zip(runs["run_id"], runs["algorithm"], strict=True)}
@@ -609,7 +678,10 @@ def ui(
     ] = None,
     storage: Annotated[
         str | None,
-        typer.Option(help="--optuna: storage URL (default sqlite:///sweeps_out/optuna.db)"),
+        typer.Option(
+            help="--optuna: a storage URL, a store file, or a storage.path folder (default "
+            "sweeps_out)"
+        ),
     ] = None,
     study: Annotated[str | None, typer.Option(help="--optuna: the study to open")] = None,
 ) -> None:
@@ -677,7 +749,7 @@ def _print_front(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
     trials = summary["trials"]
-    failed = sum(t["status"] != "FINISHED" for t in trials)
+    left_out = summary.get("n_invalid", sum(t["status"] != "FINISHED" for t in trials))
     by_alg = summary.get("pareto_by_algorithm") or {}
     rows = [r for alg in sorted(by_alg) for r in by_alg[alg]]
     objectives = [
@@ -685,7 +757,7 @@ def _print_front(summary: dict[str, Any]) -> None:
     ]
     table = Table(
         title=f"Pareto fronts of {summary['experiment']}, per algorithm "
-        f"({len(trials)} trials, {failed} failed; * = on the overall front)"
+        f"({len(trials)} trials, {left_out} left out; * = on the overall front)"
     )
     for col in ["algorithm", *objectives, "overall", "run_id"]:
         table.add_column(col)
@@ -695,6 +767,13 @@ def _print_front(summary: dict[str, Any]) -> None:
             row["algorithm"], *values, "*" if row["on_overall_front"] else "", row["run_id"]
         )
     Console().print(table)
+    reasons = summary.get("invalid_reasons") or {}
+    if reasons:
+        Console().print(
+            "left out of the fronts: " + "; ".join(f"{n} {why}" for why, n in reasons.items())
+        )
+    for note in summary.get("notes") or []:
+        Console().print(f"note: {note}")
     for png in summary.get("pareto_pngs") or [summary.get("pareto_png")] * bool(
         summary.get("pareto_png")
     ):
@@ -718,56 +797,91 @@ class AccountantChoice(StrEnum):
     pld = "pld"
 
 
+_POPULATION_HELP = (
+    "N: fixed-size sampling of max(1, int(rate N)) of N parties (client-level DP's "
+    "client_sampling: fixed), accounted under replace-one; omit for Poisson (add/remove)"
+)
+
+
+def _sampling(sample_rate: float, population: int | None) -> tuple[float, str]:
+    """The accounted rate and scheme: Poisson at ``sample_rate``, or fixed-size ``m / N``
+    with ``m`` drawn as client-level DP draws it."""
+    if population is None:
+        return sample_rate, "poisson"
+    if not 0 < sample_rate <= 1:
+        _fail(f"--sample-rate: must be in (0, 1], got {sample_rate}")
+    return max(1, int(sample_rate * population)) / population, "fixed"
+
+
 @privacy_app.command("epsilon")
 def privacy_epsilon(
     noise_multiplier: Annotated[float, typer.Option(help="sigma: noise std / clipping norm")],
     sample_rate: Annotated[
         float,
-        typer.Option(
-            help="DP-SGD record sampling rate B/n (or clients per round / total for client-level)"
-        ),
+        typer.Option(help="DP-SGD record sampling rate B/n, or client-level DP's client_fraction"),
     ],
     steps: Annotated[int, typer.Option(help="number of noisy steps composed")],
     delta: Annotated[float, typer.Option(help="delta")] = 1e-5,
     accountant: Annotated[AccountantChoice, typer.Option(help="accountant")] = AccountantChoice.rdp,
+    population: Annotated[int | None, typer.Option(help=_POPULATION_HELP, min=1)] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Epsilon spent by ``steps`` Poisson-subsampled Gaussian steps."""
+    """Epsilon spent by ``steps`` subsampled Gaussian steps: Poisson sampling under add/remove,
+    or with ``--population N`` fixed-size sampling under replace-one."""
     from flcore.privacy.accounting import compute_epsilon
 
+    rate, sampling = _sampling(sample_rate, population)
     try:
-        eps = compute_epsilon([(noise_multiplier, sample_rate, steps)], delta, accountant.value)
+        eps = compute_epsilon(
+            [(noise_multiplier, rate, steps)],
+            delta,
+            accountant.value,
+            sampling=sampling,
+            population=population,
+        )
     except FedSweepError as exc:
         _fail(str(exc))
-    out = {"epsilon": eps, "delta": delta, "accountant": accountant.value}
+    out = {
+        "epsilon": eps,
+        "delta": delta,
+        "accountant": accountant.value,
+        "dp_relation": "replace-one" if population else "add-remove",
+    }
     typer.echo(
         json.dumps({k: jsonable(v) for k, v in out.items()})
         if as_json
-        else f"epsilon = {eps:.6g} at delta = {delta:g} ({accountant.value})"
+        else f"epsilon = {eps:.6g} at delta = {delta:g} ({accountant.value}, {out['dp_relation']})"
     )
 
 
 @privacy_app.command("sigma")
 def privacy_sigma(
     epsilon: Annotated[float, typer.Option(help="target epsilon")],
-    sample_rate: Annotated[float, typer.Option(help="record (or client) sampling rate")],
+    sample_rate: Annotated[
+        float, typer.Option(help="DP-SGD record sampling rate B/n, or client_fraction")
+    ],
     steps: Annotated[int, typer.Option(help="number of noisy steps")],
     delta: Annotated[float, typer.Option(help="delta")] = 1e-5,
     accountant: Annotated[AccountantChoice, typer.Option(help="accountant")] = AccountantChoice.rdp,
     max_noise_multiplier: Annotated[float, typer.Option(help="give up above this sigma")] = 100.0,
+    population: Annotated[int | None, typer.Option(help=_POPULATION_HELP, min=1)] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """The smallest noise multiplier whose epsilon is at most the target."""
+    """The smallest noise multiplier whose epsilon is at most the target (sampling as for
+    ``privacy epsilon``)."""
     from flcore.privacy.accounting import calibrate_noise
 
+    rate, sampling = _sampling(sample_rate, population)
     try:
         sigma = calibrate_noise(
             epsilon,
             delta,
-            sample_rate,
+            rate,
             steps,
             accountant=accountant.value,
             max_noise_multiplier=max_noise_multiplier,
+            sampling=sampling,
+            population=population,
         )
     except FedSweepError as exc:
         _fail(str(exc))

@@ -1,10 +1,18 @@
 """MLflow runs -> one tidy table (one row per run), written with pyarrow.
 
-Columns: ``run_id``, ``run_name``, ``status``, ``algorithm``, ``dataset``, ``trial_id``,
-``sweep``, ``failure_reason``, ``dp_guarantee`` (what the run's epsilon guarantees),
-``start_time``, ``end_time``, ``duration_s``, the final value of every metric under its plain
-name (``accuracy``, ``epsilon`` ...), and the config as ``params.<key>`` columns
-(``params.lr``, ``params.optimizer.momentum``).
+Columns: ``run_id``, ``run_name``, ``status`` (MLflow's), ``algorithm``, ``dataset``,
+``trial_id``, ``sweep``, ``failure_reason``, ``parent_run_id``, ``dp_guarantee`` (what the
+run's epsilon guarantees), ``dp_relation`` (``add-remove`` or ``replace-one``),
+``client_sampling`` (``poisson`` or ``fixed``), ``trial_status`` (a sweep trial's outcome, tag
+``status``: FINISHED, FAILED or PRUNED), ``stopped_early`` (bool), ``rounds_completed`` (int),
+``optuna_trial`` (the Optuna trial number), ``start_time``, ``end_time``, ``duration_s``, the
+final value of every metric under its plain name (``accuracy``, ``epsilon`` ...), and the config
+as ``params.<key>`` columns (``params.lr``, ``params.optimizer.momentum``). A tag a run does not
+carry is null in its row.
+
+``epsilon`` is the run's guarantee: a run tagged ``dp_guarantee`` ``shared-only`` or ``none``
+reads ``inf``, and a finite epsilon such a run logged before flcore reported ``inf`` itself moves
+to ``epsilon_shared`` (:func:`analysis.guarantees.apply_guarantees`).
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.guarantees import apply_guarantees
+
 __all__ = ["runs_frame", "export_sweep"]
 
 _TAGS = {
@@ -26,7 +36,29 @@ _TAGS = {
     "failure_reason": "failure_reason",
     "mlflow.parentRunId": "parent_run_id",
     "dp_guarantee": "dp_guarantee",
+    "dp_relation": "dp_relation",
+    "client_sampling": "client_sampling",
+    "status": "trial_status",
+    "stopped_early": "stopped_early",
+    "rounds_completed": "rounds_completed",
+    "fedsweep.optuna_trial": "optuna_trial",
 }
+#: tags read as booleans and integers; an unreadable value is null, never guessed
+_BOOL_TAGS = frozenset({"stopped_early"})
+_INT_TAGS = frozenset({"rounds_completed", "optuna_trial"})
+
+
+def _tag_value(column: str, value: str | None) -> Any:
+    if value is None:
+        return None
+    if column in _BOOL_TAGS:
+        return {"true": True, "false": False}.get(value.strip().lower())
+    if column in _INT_TAGS:
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return value
 
 
 def _coerce(value: str) -> Any:
@@ -66,7 +98,7 @@ def runs_frame(runs: list[Any]) -> pd.DataFrame:
             (info.end_time - info.start_time) / 1000.0 if info.end_time else float("nan")
         )
         for tag, col in _TAGS.items():
-            row[col] = data.tags.get(tag)
+            row[col] = _tag_value(col, data.tags.get(tag))
         if row["algorithm"] is None:
             row["algorithm"] = data.params.get("algorithm")
         if row["dataset"] is None:
@@ -82,7 +114,7 @@ def runs_frame(runs: list[Any]) -> pd.DataFrame:
         if "trial.search_params" in data.params:
             row["search_params"] = data.params["trial.search_params"]
         rows.append(row)
-    return pd.DataFrame(rows)
+    return apply_guarantees(pd.DataFrame(rows))
 
 
 def export_sweep(

@@ -10,17 +10,34 @@ FAILED run whose metrics would dominate every front.
 Experiment ``fl-sweep`` holds a sweep's shape: a parent run made as ``run_sweep`` makes it
 (tags, and the spec logged by ``sweeps.sweep._log_spec`` from a validated spec) and two
 Local-only children made by ``run_experiment`` under it.
+
+Experiment ``fl-trust`` holds what a front must not believe (issue 23 §1): a real PPSGD run
+under the paper's protocol (``personal_dp: false``, so ``dp_guarantee=shared-only``), a CENTAUR
+run as stores made before flcore reported ``epsilon = inf`` hold it (tagged shared-only, its
+shared part's finite epsilon logged as ``epsilon``, and values that would dominate every
+front), and two DP runs whose epsilons are under different neighbouring relations.
+
+Experiment ``fl-trust-sweep`` holds a sweep whose objectives are not the default ones
+(``accuracy:max, bytes_up:min``) and its trials in every outcome the sweep driver records
+(issue 23 §3): finished, FAILED, stopped early by ASHA (MLflow KILLED, tag ``status=PRUNED``,
+``stopped_early``, ``rounds_completed``), finished without an objective value, and an
+ASHA-stopped trial as sweeps before that tag closed it (FINISHED after 1 of 2 rounds). The
+failed and stopped ones would dominate the front if they were believed. These runs are written
+through MlflowClient with the tags the driver writes: a real sweep with ASHA takes minutes.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 SWEEP_NAME = "tiny-sweep"
+TRUST_SWEEP = "trust-sweep"
+TRUST_OBJECTIVES = {"accuracy": "max", "bytes_up": "min"}
 ATTACK = {"name": "ig", "images": 2, "iterations": 30}
 
 
@@ -101,7 +118,16 @@ def _failed_run(client: Any, experiment_id: str) -> str:
     return run_id
 
 
-def _sweep_parent(client: Any, experiment_id: str, data_root: Path, tmp: Path) -> str:
+def _sweep_parent(
+    client: Any,
+    experiment_id: str,
+    data_root: Path,
+    tmp: Path,
+    *,
+    name: str = SWEEP_NAME,
+    experiment: str = "fl-sweep",
+    objectives: dict[str, str] | None = None,
+) -> str:
     """A parent run as ``run_sweep`` creates it, holding a validated spec."""
     from sweeps.provenance import provenance_tags
     from sweeps.spec import validate_spec
@@ -109,21 +135,137 @@ def _sweep_parent(client: Any, experiment_id: str, data_root: Path, tmp: Path) -
 
     spec = validate_spec(
         {
-            "name": SWEEP_NAME,
-            "base": base_config(data_root, tmp / "runs", experiment="fl-sweep"),
+            "name": name,
+            "base": base_config(data_root, tmp / "runs", experiment=experiment),
             "algorithms": ["local"],
-            "objectives": {"accuracy": "max", "epsilon": "min"},
+            "objectives": objectives or {"accuracy": "max", "epsilon": "min"},
             "num_samples": 2,
         }
     )
     parent = client.create_run(
         experiment_id,
-        run_name=f"sweep-{SWEEP_NAME}",
-        tags={"fedsweep.sweep": SWEEP_NAME, "fedsweep.kind": "sweep", **provenance_tags()},
+        run_name=f"sweep-{name}",
+        tags={"fedsweep.sweep": name, "fedsweep.kind": "sweep", **provenance_tags()},
     )
     _log_spec(client, parent.info.run_id, spec)
     client.set_terminated(parent.info.run_id, status="FINISHED")
     return str(parent.info.run_id)
+
+
+def _logged_run(
+    client: Any,
+    experiment_id: str,
+    algorithm: str,
+    metrics: dict[str, float],
+    *,
+    tags: dict[str, str] | None = None,
+    params: dict[str, str] | None = None,
+    status: str = "FINISHED",
+) -> str:
+    """A run written through MlflowClient: the tags, params and final metrics given."""
+    from mlflow.entities import Metric, Param
+
+    run = client.create_run(
+        experiment_id, run_name=algorithm, tags={"algorithm": algorithm, **(tags or {})}
+    )
+    run_id = run.info.run_id
+    params = {"algorithm": algorithm, "dataset": "fmnist", "rounds": "2"} | (params or {})
+    client.log_batch(
+        run_id,
+        metrics=[Metric(k, v, 0, 2) for k, v in metrics.items()],
+        params=[Param(k, v) for k, v in params.items()],
+    )
+    client.set_terminated(run_id, status=status)
+    return str(run_id)
+
+
+def _trust_runs(client: Any, store: Store, base: dict[str, Any], dp: dict[str, Any]) -> None:
+    """Experiment ``fl-trust`` (see the module docstring)."""
+    store.runs["ppsgd-shared"] = _run(
+        base
+        | {
+            "experiment": "fl-trust",
+            "algorithm": "ppsgd",
+            "algorithm_params": {"personal_dp": False},
+            "privacy": dp,
+        }
+    )
+    exp = client.get_experiment_by_name("fl-trust").experiment_id
+    store.runs["centaur-old"] = _logged_run(
+        client,
+        exp,
+        "centaur",
+        {"accuracy": 0.99, "epsilon": 0.01, "bytes_up": 1.0},
+        tags={"dp_guarantee": "shared-only"},
+    )
+    store.runs["isrl-add-remove"] = _logged_run(
+        client,
+        exp,
+        "dp_fedavg",
+        {"accuracy": 0.5, "epsilon": 2.0, "bytes_up": 100.0},
+        tags={"dp_guarantee": "isrl", "dp_relation": "add-remove"},
+    )
+    store.runs["client-replace-one"] = _logged_run(
+        client,
+        exp,
+        "dp_fedavg_client",
+        {"accuracy": 0.6, "epsilon": 3.0, "bytes_up": 100.0},
+        tags={
+            "dp_guarantee": "client-level",
+            "dp_relation": "replace-one",
+            "client_sampling": "fixed",
+        },
+    )
+
+
+def _trust_sweep(client: Any, store: Store, data_root: Path, root: Path) -> None:
+    """Experiment ``fl-trust-sweep`` (see the module docstring)."""
+    exp = client.create_experiment("fl-trust-sweep")
+    parent = _sweep_parent(
+        client,
+        exp,
+        data_root,
+        root,
+        name=TRUST_SWEEP,
+        experiment="fl-trust-sweep",
+        objectives=TRUST_OBJECTIVES,
+    )
+    store.runs["trust-parent"] = parent
+    trials = {  # label: (MLflow status, tags, metrics); every trial also logs epsilon inf
+        "trial-ok": ("FINISHED", {"status": "FINISHED"}, {"accuracy": 0.6, "bytes_up": 1e4}),
+        "trial-failed": (
+            "FAILED",
+            {"status": "FAILED", "failure_reason": "error"},
+            {"accuracy": 0.99, "bytes_up": 1.0},
+        ),
+        "trial-stopped": (
+            "KILLED",
+            {"status": "PRUNED", "stopped_early": "true", "rounds_completed": "1"},
+            {"accuracy": 0.95, "bytes_up": 10.0, "round": 1},
+        ),
+        "trial-unmeasured": ("FINISHED", {"status": "FINISHED"}, {"accuracy": 0.97}),
+        "trial-old-asha": (
+            "FINISHED",
+            {"status": "FINISHED"},
+            {"accuracy": 0.9, "bytes_up": 5.0, "round": 1},
+        ),
+    }
+    for number, (label, (status, tags, metrics)) in enumerate(trials.items()):
+        metrics = {"round": 2, "epsilon": math.inf} | metrics
+        store.runs[label] = _logged_run(
+            client,
+            exp,
+            "fedavg",
+            metrics,
+            status=status,
+            tags={
+                "mlflow.parentRunId": parent,
+                "fedsweep.sweep": TRUST_SWEEP,
+                "fedsweep.trial_id": f"trial_{number}",
+                "fedsweep.optuna_trial": str(number),
+                **tags,
+            },
+        )
 
 
 def build_store(root: Path, data_root: Path, fmnist: Any) -> Store:
@@ -156,6 +298,8 @@ def build_store(root: Path, data_root: Path, fmnist: Any) -> Store:
             client.set_tag(run_id, "fedsweep.sweep", SWEEP_NAME)
             client.set_tag(run_id, "algorithm", "local")
             store.runs[f"sweep-local-{seed}"] = run_id
+        _trust_runs(client, store, base, dp)
+        _trust_sweep(client, store, data_root, root)
     finally:
         if previous is None:
             os.environ.pop("MLFLOW_TRACKING_URI", None)

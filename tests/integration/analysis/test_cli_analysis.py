@@ -36,7 +36,8 @@ def test_pareto_json_front_counts_and_files(store: Store, tmp_path: Path) -> Non
 
     assert out.returncode == 0, out.stderr[-2000:]
     doc = json.loads(out.stdout)
-    assert (doc["n_runs"], doc["n_failed"], doc["n_invalid"]) == (6, 1, 0)
+    assert (doc["n_runs"], doc["n_failed"], doc["n_invalid"]) == (6, 1, 1)  # the FAILED run
+    assert doc["invalid_reasons"] == {"FAILED": 1} and doc["notes"] == []
     assert doc["statuses"] == {"FINISHED": 5, "FAILED": 1}
     assert doc["seeds_averaged"] is True  # Local-only ran seeds 0 and 1
     assert doc["objectives"] == ["accuracy:max", "epsilon:min"]
@@ -74,7 +75,8 @@ def test_pareto_table_by_none_and_from_parquet(store: Store, tmp_path: Path) -> 
     )
 
     assert table.exit_code == 0, table.output
-    assert "Pareto fronts of fl-runs" in table.stdout and "1 not finished" in table.stdout
+    text = " ".join(table.stdout.split())
+    assert "Pareto fronts of fl-runs" in text and "1 left out as invalid: 1 FAILED" in text
     assert (tmp_path / "fl-runs_pareto.png").is_file()
     assert export.exit_code == 0 and parquet.exit_code == 0, parquet.output
     doc = json.loads(parquet.stdout)
@@ -192,7 +194,7 @@ def test_report_on_runs_without_a_sweep(store: Store, tmp_path: Path) -> None:
     assert f"/#/experiments/1/runs/{store.runs['local-s0']}" in html
     assert "attack reconstructions of fedavg" in html  # the logged grid is shown
     psnr = mlflow_client(store.uri).get_run(store.runs["fedavg"]).data.metrics["leak_psnr"]
-    assert f"leak_psnr {fmt(psnr)}" in html and "labels idlg" in html
+    assert f"leak_psnr {fmt(psnr)}" in html and "labels given" in html
     assert "no LPIPS" in html or "leak_lpips –" not in html
     assert "No run matches a Table 1 setting" in html
     assert "reports no attack figure for fmnist" in html

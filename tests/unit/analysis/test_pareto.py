@@ -156,7 +156,8 @@ def test_failed_runs_are_counted_and_left_out() -> None:
 
     result = pareto_front(df, ACC_EPS)
 
-    assert (result.n_runs, result.n_failed, result.n_invalid) == (5, 2, 1)
+    assert (result.n_runs, result.n_failed, result.n_invalid) == (5, 2, 3)  # invalid: all out
+    assert result.invalid_reasons == {"FAILED": 1, "KILLED": 1, "not measured: accuracy": 1}
     assert len(result.table) == 2
     assert result.front["accuracy"].tolist() == [0.70, 0.60]
 
@@ -213,7 +214,7 @@ def test_seed_aggregation_computes_the_front_on_configuration_means() -> None:
     result = pareto_front(df, ACC_EPS, by="algorithm", group_cols=["noise"])
     table = result.table.set_index("noise", drop=False)
 
-    assert (result.n_failed, result.n_invalid) == (1, 1)
+    assert (result.n_failed, result.n_invalid) == (1, 2)
     assert table.loc[1.0, "n_seeds"] == 3
     assert table.loc[1.0, "accuracy"] == pytest.approx(0.7)
     assert table.loc[1.0, "accuracy_std"] == pytest.approx(0.1)

@@ -63,9 +63,41 @@ def test_cli_epsilon_equals_the_library_value() -> None:
         "epsilon": pytest.approx(ref.get_epsilon(1e-5, alphas=RDP_ORDERS)),
         "delta": 1e-5,
         "accountant": "rdp",
+        "dp_relation": "add-remove",
     }
     # the paper's setting: epsilon 4 needs sigma ~ 10.6 over 12,000 steps at q = 1/12
     assert 3.9 < doc["epsilon"] <= 4.0
+
+
+def test_cli_population_accounts_fixed_size_sampling_under_replace_one() -> None:
+    """``--population 20 --sample-rate 0.3``: 6 of 20 without replacement, as client-level DP
+    with ``client_sampling: fixed`` draws them: dp-accounting's event at sigma / 2."""
+    from dp_accounting import dp_event
+    from dp_accounting.privacy_accountant import NeighboringRelation
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+    from flcore.privacy.accounting import RDP_ORDERS
+
+    args = ["--noise-multiplier", "2", "--sample-rate", "0.3", "--steps", "50", "--json"]
+    fixed = subprocess.run(
+        [FEDSWEEP, "privacy", "epsilon", *args, "--population", "20"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert fixed.returncode == 0, fixed.stderr
+    doc = json.loads(fixed.stdout)
+    ref = rdp.RdpAccountant(RDP_ORDERS, neighboring_relation=NeighboringRelation.REPLACE_ONE)
+    ref.compose(dp_event.SampledWithoutReplacementDpEvent(20, 6, dp_event.GaussianDpEvent(1.0)), 50)
+    assert doc["dp_relation"] == "replace-one"
+    assert doc["epsilon"] == pytest.approx(ref.get_epsilon(1e-5), rel=1e-6)
+    refused = subprocess.run(
+        [FEDSWEEP, "privacy", "epsilon", *args, "--population", "20", "--accountant", "pld"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2 and "accountant" in refused.stderr
 
 
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
