@@ -53,7 +53,7 @@ from __future__ import annotations
 import logging
 import math
 import pickle
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,8 @@ from optuna.trial import FrozenTrial, TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 from ray.tune.utils.util import unflatten_dict
+
+from sweeps.inf_values import EPSILON_INF_FACTOR, EPSILON_INF_FALLBACK, resolve_inf_values
 
 __all__ = [
     "ATTR_MLFLOW_RUN",
@@ -89,11 +91,6 @@ ATTR_REASON = "fedsweep.failure_reason"
 ATTR_STAND_INS = "fedsweep.inf_stand_ins"
 ATTR_ROUNDS = "fedsweep.rounds_completed"
 _STUDY_INF_VALUES = "fedsweep.inf_values"
-
-#: epsilon's default stand-in for inf: this many times the largest reachable target epsilon
-EPSILON_INF_FACTOR = 10.0
-#: epsilon's stand-in when no target epsilon is in the spaces or the base config
-EPSILON_INF_FALLBACK = 1000.0
 
 #: Optuna state -> (MLflow run status, the run's ``status`` tag)
 MLFLOW_OF_STATE = {
@@ -196,60 +193,6 @@ class OutcomeRule:
                 rounds_completed=done,
             )
         return Outcome("COMPLETE", values=told, stand_ins=stand_ins, rounds_completed=done)
-
-
-class _SpaceBounds:
-    """Stands in for an Optuna trial to read a define-by-run space's float/int ranges."""
-
-    def __init__(self) -> None:
-        self.bounds: dict[str, tuple[float, float]] = {}
-
-    def suggest_float(self, name: str, low: float, high: float, **_: Any) -> float:
-        self.bounds[name] = (low, high)
-        return low
-
-    def suggest_int(self, name: str, low: int, high: int, **_: Any) -> int:
-        self.bounds[name] = (low, high)
-        return low
-
-    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
-        numbers = [c for c in choices if isinstance(c, int | float) and not isinstance(c, bool)]
-        if numbers:
-            self.bounds[name] = (min(numbers), max(numbers))
-        return choices[0]
-
-
-def _largest_target_epsilon(spec: Any) -> float | None:
-    """The largest ``privacy.target_epsilon`` the sweep's spaces or its base config can set."""
-    from search_spaces import SPACES
-
-    found = []
-    privacy = getattr(spec.base, "privacy", None)
-    if privacy is not None and privacy.target_epsilon is not None:
-        found.append(float(privacy.target_epsilon))
-    for algorithm in spec.algorithms:
-        recorder = _SpaceBounds()
-        SPACES.get(algorithm)(recorder, algorithm)
-        found += [
-            float(high)
-            for name, (_, high) in recorder.bounds.items()
-            if name.endswith("privacy.target_epsilon")
-        ]
-    return max(found) if found else None
-
-
-def resolve_inf_values(spec: Any) -> dict[str, float | None]:
-    """Each objective's stand-in for inf: its ``inf_value``; for ``epsilon``, by default
-    :data:`EPSILON_INF_FACTOR` x the largest reachable target epsilon (else
-    :data:`EPSILON_INF_FALLBACK`); None for any other objective (inf is then a FAIL)."""
-    out: dict[str, float | None] = {}
-    for obj in spec.objectives:
-        value = getattr(obj, "inf_value", None)
-        if value is None and obj.name == "epsilon":
-            largest = _largest_target_epsilon(spec)
-            value = EPSILON_INF_FALLBACK if largest is None else EPSILON_INF_FACTOR * largest
-        out[obj.name] = None if value is None else float(value)
-    return out
 
 
 # ----------------------------------------------------------------------------- study link

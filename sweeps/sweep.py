@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from flcore.errors import ConfigError
+from sweeps.inf_values import resolve_inf_values
 from sweeps.spec import NSGA2_POPULATION, SweepSpec
 from sweeps.spec_record import check_resume, resolved_spec, write_record
 from sweeps.study_store import default_choice, holds_study, open_storage, study_location
@@ -87,6 +88,8 @@ def plan(spec: SweepSpec, *, address: str | None = None) -> dict[str, Any]:
         "max_concurrent_trials": spec.max_concurrent_trials,
         "resources_per_trial": spec.resources.model_dump(),
         "objectives": [o.model_dump() for o in spec.objectives],
+        # what Optuna is told for an infinite objective (None: inf FAILs the trial)
+        "inf_values": resolve_inf_values(spec),
         "sampler": spec.sampler.model_dump(),
         "scheduler": spec.scheduler.model_dump(),
         "ray_address": address or spec.ray.address or "local (started by fedsweep)",

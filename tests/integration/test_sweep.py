@@ -195,7 +195,9 @@ def test_trial_lifecycle_each_outcome_is_the_same_in_optuna_and_mlflow(
 
 
 def test_dry_run_starts_no_ray(data_root: Path, tmp_path: Path) -> None:
-    path = write_spec(tmp_path, tiny_spec(data_root))
+    spec = tiny_spec(data_root)
+    spec["objectives"] = {"accuracy": "max", "epsilon": "min"}
+    path = write_spec(tmp_path, spec)
     code = (
         "import sys\n"
         "from sweeps.cli import app\n"
@@ -217,6 +219,8 @@ def test_dry_run_starts_no_ray(data_root: Path, tmp_path: Path) -> None:
     plan = json.loads(out.stdout)
     assert plan["trials"] == 2 and plan["algorithms"] == ["fedavg", "local"]
     assert plan["objectives"][0]["name"] == "accuracy"
+    # fedavg and local search no target epsilon: epsilon's stand-in is the fallback
+    assert plan["inf_values"] == {"accuracy": None, "epsilon": 1000.0}
     assert not (tmp_path / "sweeps_out").exists() and not (tmp_path / "mlflow.db").exists()
 
 
