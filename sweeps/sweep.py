@@ -132,12 +132,6 @@ def study_storage(spec: SweepSpec, paths: SweepPaths, address: str | None = None
     return open_storage(study_location(spec, paths, address))
 
 
-def _study_storage(paths: SweepPaths) -> Any:
-    """Deprecated alias of :func:`study_storage` (the spec is the one ``paths`` was made from;
-    the store is the one the sweep's record names)."""
-    return study_storage(paths.spec, paths, None)
-
-
 def _existing_trials(storage: Any, name: str) -> int:
     import optuna
 

@@ -337,8 +337,6 @@ class MLflowDriverCallback(Callback):
         if trial.trial_id not in self._tagged:  # once per trial and driver
             self._tagged.add(trial.trial_id)
             privacy = result.get("privacy_tags") or {}
-            if not privacy and result.get("dp_guarantee"):
-                privacy = {"dp_guarantee": result["dp_guarantee"]}
             self._tags(
                 run_id,
                 {

@@ -14,7 +14,7 @@ import pytest
 from sweeps.spec import SweepSpec, validate_spec
 from sweeps.spec_record import resolved_spec, write_record
 from sweeps.study_store import stored_studies, study_location
-from sweeps.sweep import SweepPaths, _study_storage, plan, study_storage
+from sweeps.sweep import SweepPaths, plan, study_storage
 
 
 @pytest.fixture(autouse=True)
@@ -114,7 +114,7 @@ def test_a_sweep_made_before_per_sweep_stores_resumes_from_the_shared_file(
     _study(f"sqlite:///{paths.legacy_optuna_db}")
     _study(f"sqlite:///{paths.legacy_optuna_db}", "another-sweep", trials=1)
 
-    storage = _study_storage(paths)  # the old name still works (an alias)
+    storage = study_storage(spec, paths, None)
 
     assert len(optuna.load_study(study_name="s", storage=storage).trials) == 2
     assert "optuna.db" in plan(spec)["optuna_storage"] and not paths.optuna_db.exists()
