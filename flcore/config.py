@@ -32,6 +32,9 @@ __all__ = [
     "OptimizerConfig",
     "PrivacyConfig",
     "AttackConfig",
+    "CapacityConfig",
+    "ClientSplitConfig",
+    "EarlyStoppingConfig",
     "SYMBOLIC_ROUNDS",
     "resolve_round",
     "load_config",
@@ -97,6 +100,74 @@ class PrivacyConfig(_Strict):
         if (self.noise_multiplier is None) == (self.target_epsilon is None):
             raise ValueError("give exactly one of noise_multiplier and target_epsilon")
         return self
+
+
+class CapacityConfig(_Strict):
+    """Clients' capacity ratios r_i (the share of the full model's size each can train) and the
+    width rule (flcore.capacity): a client trains width p_i, the largest multiple of ``p_min``
+    with p_i^2 <= r_i.
+
+    - ``ideal``: every r_i = 1;
+    - ``uniform``: r_i ~ U[low, high], seeded by the experiment seed (Pa3dFL's Hetero:
+      low 0.01, high 1.0);
+    - ``fixed``: the given ``ratios``, one per client.
+    """
+
+    name: Literal["ideal", "uniform", "fixed"] = "ideal"
+    low: float = Field(0.01, gt=0, le=1, description="uniform: smallest capacity ratio")
+    high: float = Field(1.0, gt=0, le=1, description="uniform: largest capacity ratio")
+    ratios: list[float] | None = Field(None, description="fixed: one ratio in (0, 1] per client")
+    p_min: float = Field(1 / 16, gt=0, le=1, description="width step: widths are multiples of it")
+
+    @model_validator(mode="after")
+    def _ranges(self) -> CapacityConfig:
+        floor = self.p_min**2
+        if self.name == "uniform":
+            if self.high < self.low:
+                raise ValueError(f"high ({self.high}) < low ({self.low})")
+            if self.low < floor:
+                raise ValueError(
+                    f"low {self.low} is below p_min^2 = {floor:.6g}: such a client could not "
+                    "train even the narrowest (p_min-width) model"
+                )
+        if self.name == "fixed":
+            if not self.ratios:
+                raise ValueError("fixed capacity needs ratios: one per client")
+            bad = [r for r in self.ratios if not floor <= r <= 1]
+            if bad:
+                raise ValueError(
+                    f"ratio {bad[0]} is not in [p_min^2, 1] = [{floor:.6g}, 1]: a client below "
+                    "p_min^2 could not train even the narrowest model"
+                )
+        elif self.ratios is not None:
+            raise ValueError(f"ratios is for name: fixed, not {self.name!r}")
+        return self
+
+
+class ClientSplitConfig(_Strict):
+    """Split each client's own records into train / validation / test (fractions summing to
+    1). Without it a client's test set is drawn from the dataset's test split with its train
+    label distribution and it has no validation set."""
+
+    train: float = Field(gt=0, le=1)
+    val: float = Field(0.0, ge=0, lt=1)
+    test: float = Field(gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _sum(self) -> ClientSplitConfig:
+        total = self.train + self.val + self.test
+        if abs(total - 1) > 1e-9:
+            raise ValueError(f"train + val + test must be 1, got {total:g}")
+        return self
+
+
+class EarlyStoppingConfig(_Strict):
+    """Stop when ``metric`` (a validation metric, higher is better) has not improved for
+    ``patience`` x rounds rounds (Pa3dFL: 0.2 R); the run then reports the metrics of its
+    best-validation round."""
+
+    metric: str = "val_accuracy"
+    patience: float = Field(0.2, gt=0, le=1, description="fraction of the run's rounds")
 
 
 #: the symbolic attacked rounds, resolved per run against its ``rounds`` (see
@@ -194,6 +265,9 @@ class ExperimentConfig(_Strict):
     local_epochs: int = Field(5, ge=1)
     batch_size: int = Field(50, ge=1)
     lr: float = Field(0.01, gt=0)
+    lr_decay: float = Field(
+        1.0, gt=0, le=1, description="local lr of round t is lr x lr_decay^(t-1) (Pa3dFL: 0.998)"
+    )
     client_fraction: float = Field(1.0, gt=0, le=1)
     full_last_round: bool = True
     eval_every: int = Field(1, ge=1)
@@ -201,6 +275,9 @@ class ExperimentConfig(_Strict):
     device: str = "cpu"
     workers: int | None = Field(None, ge=1, description="client processes; None: CPUs available")
     partition: PartitionConfig = PartitionConfig()
+    client_split: ClientSplitConfig | None = None
+    capacity: CapacityConfig | None = None
+    early_stopping: EarlyStoppingConfig | None = None
     optimizer: OptimizerConfig = OptimizerConfig()
     algorithm_params: dict[str, Any] = Field(default_factory=dict)
     privacy: PrivacyConfig | None = None
@@ -291,6 +368,8 @@ def _check_names(cfg: ExperimentConfig) -> None:
         n_cls = DATASET_INFO[cfg.dataset].num_classes
         if cfg.partition.k > n_cls:
             raise ConfigError("partition.k", f"must be <= {n_cls} classes of {cfg.dataset}")
+    if cfg.capacity is not None:
+        _check_capacity(cfg, cfg.capacity)
     alg = ALGORITHMS.get(cfg.algorithm)
     alg.validate_params(cfg.algorithm_params)
     if cfg.privacy is not None and cfg.privacy.mechanism not in alg.privacy_mechanisms:
@@ -316,6 +395,34 @@ def _check_names(cfg: ExperimentConfig) -> None:
             f"{{mechanism: {alg.requires_privacy}, target_epsilon: 4, delta: 1e-5, "
             f"clip: 0.04}}",
         )
+
+
+def _check_capacity(cfg: ExperimentConfig, c: CapacityConfig) -> None:
+    from flcore.capacity import check_model_widths
+    from flcore.data import DATASET_INFO
+    from flcore.models import MODELS
+    from flcore.models.scalable import ScalableModel
+
+    name = cfg.model or DATASET_INFO[cfg.dataset].model
+    model_cls = MODELS.get(name)
+    if not (isinstance(model_cls, type) and issubclass(model_cls, ScalableModel)):
+        scalable = [
+            n
+            for n in MODELS.names()
+            if isinstance(MODELS.get(n), type) and issubclass(MODELS.get(n), ScalableModel)
+        ]
+        raise ConfigError(
+            "model",
+            f"capacity needs a width-scalable model ({', '.join(scalable)}), got {name!r}",
+        )
+    if "width" in cfg.model_params:
+        raise ConfigError("model_params.width", "is set by capacity: remove it")
+    if c.name == "fixed" and c.ratios is not None and len(c.ratios) != cfg.num_clients:
+        raise ConfigError(
+            "capacity.ratios",
+            f"needs one ratio per client ({cfg.num_clients}), got {len(c.ratios)}",
+        )
+    check_model_widths(model_cls.FULL_CHANNELS, c.p_min)
 
 
 def _check_attack(cfg: ExperimentConfig, a: AttackConfig) -> None:

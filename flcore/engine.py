@@ -20,6 +20,7 @@ import torch
 from flcore.algorithms.base import Algorithm, ClientTask, tensor_bytes
 from flcore.algorithms.training import evaluate
 from flcore.callbacks import Callback, CallbackList, RoundResult, RunInfo
+from flcore.capacity import width_label
 from flcore.data import FederatedData
 from flcore.executor import AlgorithmFactory, make_executor
 
@@ -30,6 +31,8 @@ CHECKPOINT_VERSION = 1
 #: per-client test accuracies, averaged over a round's clients on evaluation rounds: after local
 #: training, and of the model each client starts the round with (Algorithm.client_eval)
 CLIENT_ACCURACIES = ("accuracy", "accuracy_before")
+#: the same on the clients' validation records, where they have some (a ``client_split``)
+VAL_ACCURACIES = ("val_accuracy", "val_accuracy_before")
 
 
 def _mean(values: list[float]) -> float | None:
@@ -91,6 +94,7 @@ class Engine:
         self.round = 0  # rounds completed
         self.totals = {"bytes_up": 0.0, "bytes_down": 0.0, "seconds": 0.0}
         self.history: list[RoundResult] = []
+        self._costs: dict[int, dict[str, Any]] | None = None
 
     # ----------------------------------------------------------------- running
     def run(self) -> dict[str, float | None]:
@@ -146,9 +150,13 @@ class Engine:
             probe.before_round(self, r, tasks)
         probe_seconds = time.perf_counter() - probe_start
         bytes_up, losses, client_s = 0, [], []
-        accs: dict[str, list[float]] = {k: [] for k in CLIENT_ACCURACIES}
+        accs: dict[str, list[float]] = {k: [] for k in (*CLIENT_ACCURACIES, *VAL_ACCURACIES)}
+        per_client: list[tuple[int, float, float, dict[str, float]]] = []
+        down = {t.client_id: float(tensor_bytes(t.payload)) for t in tasks}
         for res in executor.map(tasks):
-            bytes_up += tensor_bytes(res.upload)
+            up = tensor_bytes(res.upload)
+            bytes_up += up
+            per_client.append((res.client_id, float(up), down[res.client_id], res.metrics))
             self.client_states[res.client_id] = res.state
             alg.accumulate(res)
             losses.append(res.metrics.get("train_loss", math.nan))
@@ -175,7 +183,12 @@ class Engine:
             "round": float(r),
             "clients": float(len(ids)),
             "train_loss": _mean(losses),
-            **{k: _mean(v) if evaluate_now else None for k, v in accs.items()},
+            **{
+                k: _mean(v) if evaluate_now else None
+                for k, v in accs.items()
+                if k in CLIENT_ACCURACIES
+            },
+            **{k: _mean(v) for k, v in accs.items() if k in VAL_ACCURACIES and evaluate_now and v},
             "global_accuracy": global_acc,
             "round_bytes_up": float(bytes_up),
             "round_bytes_down": float(bytes_down),
@@ -186,9 +199,41 @@ class Engine:
             **self.totals,
             **alg.privacy_metrics(),
         }
+        metrics.update(self._width_metrics(per_client, evaluate_now))
         for probe in self.probes:
             metrics.update(probe.round_metrics(r))
         return RoundResult(r, tuple(ids), metrics, evaluate_now)
+
+    def _width_metrics(
+        self, per_client: list[tuple[int, float, float, dict[str, float]]], evaluated: bool
+    ) -> dict[str, float]:
+        """Under a capacity setting, per capacity cluster (clients of width p_i = p): mean
+        bytes up and down per client, and on evaluation rounds the mean client accuracies
+        (``accuracy_width_<p>``, ``accuracy_before_width_<p>``) and the worst cluster's
+        (``accuracy_worst_width``, ...). Only clusters with a client in the round appear."""
+        capacity = self.algorithm.capacity
+        if capacity is None or not per_client:
+            return {}
+        groups: dict[float, list[tuple[float, float, dict[str, float]]]] = {}
+        for cid, up, down, m in per_client:
+            groups.setdefault(capacity.width(cid), []).append((up, down, m))
+        out: dict[str, float] = {}
+        for width, rows in sorted(groups.items()):
+            label = width_label(width)
+            out[f"bytes_up_width_{label}"] = float(np.mean([u for u, _, _ in rows]))
+            out[f"bytes_down_width_{label}"] = float(np.mean([d for _, d, _ in rows]))
+            if not evaluated:
+                continue
+            for key in CLIENT_ACCURACIES:
+                values = [m[key] for _, _, m in rows if key in m]
+                if values:
+                    out[f"{key}_width_{label}"] = float(np.mean(values))
+        if evaluated:
+            for key in CLIENT_ACCURACIES:
+                cluster = [v for k, v in out.items() if k.startswith(f"{key}_width_")]
+                if cluster:
+                    out[f"{key}_worst_width"] = min(cluster)
+        return out
 
     def summary(self) -> dict[str, Any]:
         """Final metrics: the last evaluated round's accuracies and the cumulative totals."""
@@ -198,8 +243,18 @@ class Engine:
         with_clients = next(
             (h for h in reversed(self.history) if h.evaluated and h.client_ids), None
         )
+        width_keys = (
+            {
+                k: v
+                for k, v in with_clients.metrics.items()
+                if k.startswith(CLIENT_ACCURACIES) and "_width" in k
+            }
+            if with_clients
+            else {}
+        )
         out = {
             **{k: with_clients.metrics.get(k) if with_clients else None for k in CLIENT_ACCURACIES},
+            **width_keys,
             "global_accuracy": last_eval.metrics.get("global_accuracy") if last_eval else None,
             "rounds": self.round,
             **self.totals,
@@ -207,6 +262,48 @@ class Engine:
         }
         for probe in self.probes:
             out.update(probe.summary(self))
+        return out
+
+    def client_costs(self) -> dict[int, dict[str, Any]]:
+        """Per client under a capacity setting: its capacity ratio and width, and the
+        parameters, FLOPs of one training batch and peak memory of one training step of the
+        network it trains (flcore.models.cost), measured once per distinct width on a batch of
+        the first such client's own records. Empty without a capacity setting."""
+        capacity = self.algorithm.capacity
+        if capacity is None:
+            return {}
+        if self._costs is None:
+            from flcore.data import normalize
+            from flcore.models.cost import training_cost
+
+            alg, by_width, costs = self.algorithm, {}, {}
+            batch = alg.training.batch_size
+            for cid in range(self.data.num_clients):
+                width = alg.client_width(cid)
+                if width not in by_width:
+                    records = self.data.client_train(cid)
+                    x = normalize(records.images[:batch], self.data.info).to(self.device)
+                    y = records.labels[:batch].to(self.device)
+                    with torch.random.fork_rng(devices=[]):
+                        by_width[width] = training_cost(alg.cost_model(cid), x, y)
+                costs[cid] = {
+                    "capacity": capacity.ratios[cid],
+                    "capacity_width": capacity.width(cid),
+                    "trained_width": width,
+                    **by_width[width],
+                }
+            self._costs = costs
+        return self._costs
+
+    def cost_metrics(self) -> dict[str, float]:
+        """:meth:`client_costs` per capacity cluster: ``params_width_<p>``,
+        ``flops_width_<p>``, ``peak_memory_width_<p>`` (bytes)."""
+        out: dict[str, float] = {}
+        for c in self.client_costs().values():
+            label = width_label(c["capacity_width"])
+            out[f"params_width_{label}"] = float(c["params"])
+            out[f"flops_width_{label}"] = float(c["flops"])
+            out[f"peak_memory_width_{label}"] = float(c["peak_memory_bytes"])
         return out
 
     # ----------------------------------------------------------------- checkpoints

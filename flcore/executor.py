@@ -104,7 +104,9 @@ def tune_malloc() -> bool:
 def _run_task(algorithm: Algorithm, fed: FederatedData, task: ClientTask) -> ClientResult:
     cid = task.client_id
     start = time.perf_counter()
-    data = ClientData(cid, fed.client_train(cid), fed.client_test(cid), fed.info)
+    data = ClientData(
+        cid, fed.client_train(cid), fed.client_test(cid), fed.info, fed.client_val(cid)
+    )
     result = algorithm.local_update(data, task, client_generator(task.seed, task.round, cid))
     result.metrics["client_seconds"] = time.perf_counter() - start
     return result

@@ -7,6 +7,7 @@ from typing import Any
 
 from flcore.algorithms import ALGORITHMS, LocalTraining, ModelSpec
 from flcore.callbacks import Callback
+from flcore.capacity import Capacity, make_capacity
 from flcore.config import ExperimentConfig
 from flcore.data import FederatedData, build_federated_data, load_dataset
 from flcore.engine import Engine
@@ -14,7 +15,7 @@ from flcore.executor import AlgorithmFactory
 from flcore.privacy.accounting import calibrate_history
 from flcore.privacy.settings import PrivacySettings
 
-__all__ = ["attack_probe", "build_data", "build_engine", "resolve_privacy"]
+__all__ = ["attack_probe", "build_capacity", "build_data", "build_engine", "resolve_privacy"]
 
 
 def resolve_privacy(cfg: ExperimentConfig, data: FederatedData) -> PrivacySettings | None:
@@ -90,6 +91,27 @@ def build_data(cfg: ExperimentConfig) -> FederatedData:
         partition=p.name,
         partition_params=params,
         seed=cfg.seed,
+        client_split=(
+            (cfg.client_split.train, cfg.client_split.val, cfg.client_split.test)
+            if cfg.client_split is not None
+            else None
+        ),
+    )
+
+
+def build_capacity(cfg: ExperimentConfig) -> Capacity | None:
+    """The clients' capacities ``cfg.capacity`` asks for (seeded by ``cfg.seed``), or None."""
+    c = cfg.capacity
+    if c is None:
+        return None
+    return make_capacity(
+        c.name,
+        num_clients=cfg.num_clients,
+        seed=cfg.seed,
+        low=c.low,
+        high=c.high,
+        ratios=c.ratios,
+        p_min=c.p_min,
     )
 
 
@@ -124,11 +146,17 @@ def build_engine(
     """The engine for ``cfg``; pass ``data`` to reuse an already built federated dataset."""
     data = data if data is not None else build_data(cfg)
     info = data.info
+    capacity = build_capacity(cfg)
+    algorithm_cls = ALGORITHMS.get(cfg.algorithm)
+    model_params = dict(cfg.model_params)
+    if capacity is not None and not algorithm_cls.capacity_aware:
+        # "the maximum model all users can compute" (Pa3dFL Sec. 6.1), for every client
+        model_params["width"] = capacity.min_width
     model_spec = ModelSpec(
         cfg.model or info.model,
         info.num_classes,
         info.in_channels,
-        tuple(sorted(cfg.model_params.items())),
+        tuple(sorted(model_params.items())),
     )
     training = LocalTraining(
         epochs=cfg.local_epochs,
@@ -137,6 +165,7 @@ def build_engine(
         optimizer=cfg.optimizer.name,
         momentum=cfg.optimizer.momentum,
         weight_decay=cfg.optimizer.weight_decay,
+        lr_decay=cfg.lr_decay,
     )
     params = ALGORITHMS.get(cfg.algorithm).validate_params(cfg.algorithm_params)
     privacy = resolve_privacy(cfg, data)
@@ -150,6 +179,7 @@ def build_engine(
             "seed": cfg.seed,
             "device": cfg.device,
             "privacy": privacy,
+            "capacity": capacity,
         },
     )
     return Engine(

@@ -93,6 +93,7 @@ def run_experiment(
     privacy_tags = engine.algorithm.privacy_tags()
     tracker.set_tags({f"partition.{k}": str(v) for k, v in overlap.items()} | privacy_tags)
     tracker.log_artifact(metrics_path)
+    summary = {**summary, **_log_client_costs(engine, run_dir, tracker)}
     _log_embeddings(engine, cfg, run_dir, tracker)
     tracker.set_tags(attack_tags(summary, engine))
     grid = grid_png(engine, run_dir / ATTACK_GRID_DIR)
@@ -108,6 +109,23 @@ def run_experiment(
         **privacy_tags,
         **({"attack_grid": str(grid.resolve())} if grid is not None else {}),
     }
+
+
+def _log_client_costs(engine: Engine, run_dir: Path, tracker: Any) -> dict[str, float]:
+    """Under a capacity setting: each client's width, parameters, FLOPs of one training batch
+    and peak memory of one step, as ``client_costs.json``, and per width as metrics."""
+    costs = engine.client_costs()
+    if not costs:
+        return {}
+    import json
+
+    path = run_dir / "client_costs.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({str(k): v for k, v in costs.items()}, indent=1))
+    tracker.log_artifact(path)
+    metrics = engine.cost_metrics()
+    tracker.log_summary(metrics, step=engine.round)
+    return metrics
 
 
 def _log_embeddings(engine: Any, cfg: ExperimentConfig, run_dir: Path, tracker: Any) -> None:

@@ -36,6 +36,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 from torch import nn
 
+from flcore.capacity import Capacity
 from flcore.data import ArrayDataset, DatasetInfo
 from flcore.errors import ConfigError
 from flcore.models import SplitModel, build_model
@@ -74,6 +75,12 @@ class LocalTraining:
     optimizer: str = "sgd"
     momentum: float = 0.5
     weight_decay: float = 5e-4
+    #: the lr of round t is lr x lr_decay^(t-1) (Pa3dFL's per-round decay 0.998)
+    lr_decay: float = 1.0
+
+    def lr_at(self, round: int | None) -> float:
+        """The local learning rate of ``round`` (1-based; None: the first round's)."""
+        return self.lr * self.lr_decay ** (max(1, round or 1) - 1)
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,8 @@ class ClientData:
     train: ArrayDataset
     test: ArrayDataset
     info: DatasetInfo
+    #: the client's validation records (a ``client_split`` with val > 0), or None
+    val: ArrayDataset | None = None
 
 
 @dataclass
@@ -160,6 +169,10 @@ class Algorithm(ABC):
         seed: the experiment seed (for the server's initial model).
         device: torch device for computation.
         privacy: resolved DP settings (noise multiplier known), or None.
+        capacity: the clients' capacities and widths (flcore.capacity), or None (every client
+            full width). A ``capacity_aware`` algorithm gives client i width p_i; the others
+            get a model already built at the narrowest width and use ``capacity`` only to
+            report accuracy per width.
     """
 
     name: ClassVar[str] = ""
@@ -184,6 +197,8 @@ class Algorithm(ABC):
     requires_privacy: ClassVar[str | None] = None
     #: pydantic schema of ``algorithm_params``.
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
+    #: gives each client a model of its own width p_i (else: all train the narrowest width)
+    capacity_aware: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -195,8 +210,10 @@ class Algorithm(ABC):
         seed: int = 0,
         device: str = "cpu",
         privacy: PrivacySettings | None = None,
+        capacity: Capacity | None = None,
     ) -> None:
         self.privacy = privacy
+        self.capacity = capacity
         self.model_spec = model_spec
         self.training = training
         self.num_clients = num_clients
@@ -336,18 +353,41 @@ class Algorithm(ABC):
         """Restore :meth:`state_dict`."""
 
     # ----------------------------------------------------------------- client side
+    def client_width(self, client_id: int) -> float:
+        """The width client ``client_id`` trains: p_i for a capacity-aware algorithm, else the
+        width of the (already narrowed) model every client shares."""
+        if self.capacity is None:
+            return 1.0
+        if self.capacity_aware:
+            return self.capacity.width(client_id)
+        return self.capacity.min_width
+
+    def cost_model(self, client_id: int) -> nn.Module:
+        """A fresh copy of the network client ``client_id`` trains, for measuring its cost
+        (flcore.models.cost): the model at the client's width. Algorithms that train something
+        else (a decomposed or gated network) override it."""
+        if self.capacity is not None and self.capacity_aware:
+            return self.model_spec(width=self.client_width(client_id)).to(self.device)
+        return self.model_spec().to(self.device)
+
     def local_optimizer(
-        self, params: Iterable[torch.Tensor], *, lr: float | None = None, lr_scale: float = 1.0
+        self,
+        params: Iterable[torch.Tensor],
+        *,
+        lr: float | None = None,
+        lr_scale: float = 1.0,
+        round: int | None = None,
     ) -> torch.optim.Optimizer:
         """The configured local optimizer (name, momentum, weight decay) over ``params``, at
-        ``lr`` (default: the configured one) times ``lr_scale``; a fresh one each round."""
+        ``lr`` (default: the configured one, decayed to ``round``) times ``lr_scale``; a fresh
+        one each round."""
         from flcore.algorithms.training import make_optimizer
 
         t = self.training
         return make_optimizer(
             params,
             name=t.optimizer,
-            lr=(t.lr if lr is None else lr) * lr_scale,
+            lr=(t.lr_at(round) if lr is None else lr) * lr_scale,
             momentum=t.momentum,
             weight_decay=t.weight_decay,
         )
@@ -398,7 +438,11 @@ class Algorithm(ABC):
         from flcore.algorithms.training import evaluate
 
         acc, loss = evaluate(model, data.test, data.info, device=self.device)
-        return {"accuracy_before": acc} if before else {"accuracy": acc, "test_loss": loss}
+        out = {"accuracy_before": acc} if before else {"accuracy": acc, "test_loss": loss}
+        if data.val is not None:
+            val_acc, _ = evaluate(model, data.val, data.info, device=self.device)
+            out["val_accuracy_before" if before else "val_accuracy"] = val_acc
+        return out
 
     @abstractmethod
     def local_update(

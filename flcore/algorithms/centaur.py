@@ -133,7 +133,7 @@ class Centaur(FedAvg):
                 )
                 model.features.requires_grad_(True)
             model.head.requires_grad_(False)  # 3. the representation, head frozen
-            loss = self.train_local(model, data, generator)
+            loss = self.train_local(model, data, generator, round=task.round)
         finally:
             model.requires_grad_(True)
         metrics: dict[str, Any] = {"train_loss": loss, **before}

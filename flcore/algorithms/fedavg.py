@@ -224,6 +224,7 @@ class FedAvg(Algorithm):
         optimizer: Any = None,
         epochs: int | None = None,
         private: bool = True,
+        round: int | None = None,
     ) -> float:
         """``epochs`` (default E) epochs on the client's data, with DP-SGD when the run's
         mechanism is ``dpsgd`` and ``private``. Only parameters with ``requires_grad`` train
@@ -231,7 +232,9 @@ class FedAvg(Algorithm):
         t = self.training
         opt = optimizer
         if opt is None:
-            opt = self.local_optimizer(p for p in model.parameters() if p.requires_grad)
+            opt = self.local_optimizer(
+                (p for p in model.parameters() if p.requires_grad), round=round
+            )
         hooks = {}
         if private and self.privacy is not None and self.privacy.mechanism == "dpsgd":
             dp = DPSGD(self.privacy.noise_multiplier, self.privacy.clip, t.batch_size)
@@ -247,7 +250,7 @@ class FedAvg(Algorithm):
         model = self.client_model()
         model.load_state_dict(self.starting_weights(task), strict=False)
         metrics = self.client_eval(task, model, data, before=True)
-        metrics["train_loss"] = self.train_local(model, data, generator)
+        metrics["train_loss"] = self.train_local(model, data, generator, round=task.round)
         metrics |= self.client_eval(task, model, data)
         keys = self.trainable_keys(model)
         state = model.state_dict()

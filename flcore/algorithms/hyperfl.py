@@ -236,7 +236,7 @@ class HyperFL(Algorithm):
         # step 2: the hypernetwork and the embedding, through the generated weights
         model.head.requires_grad_(False)
         net = _Generated(hnet, embedding, model)
-        opt = self.local_optimizer([*hnet.parameters(), embedding])
+        opt = self.local_optimizer([*hnet.parameters(), embedding], round=task.round)
 
         def backward(m: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: Any) -> torch.Tensor:
             out = standard_backward(m, x, y, loss_fn)

@@ -228,7 +228,7 @@ class PFedHN(Algorithm):
         start = {k: v.to(self.device) for k, v in task.payload.items()}
         model.load_state_dict(start | (task.state or {}))
         metrics = self.client_eval(task, model, data, before=True)  # the generated model
-        opt = self.local_optimizer(model.parameters())
+        opt = self.local_optimizer(model.parameters(), round=task.round)
         metrics["train_loss"] = self.run_epochs(
             model, data, opt, generator, max_grad_norm=self.params.max_grad_norm
         )

@@ -42,6 +42,7 @@ Deviations, stated:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -177,7 +178,8 @@ class PPSGD(FedAvg):
         w = {k: v.detach() for k, v in task.payload.items()}
         p = self.params
         assert isinstance(p, PPSGDParams)
-        step = _AdditiveStep(model, w, task.state, self.local_optimizer, p.alpha)
+        make = functools.partial(self.local_optimizer, round=task.round)
+        step = _AdditiveStep(model, w, task.state, make, p.alpha)
         # the personalized model w + theta_i, before and after training
         metrics = self.client_eval(task, model, data, before=True)
         if p.personal_dp:

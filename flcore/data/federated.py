@@ -5,6 +5,12 @@ client's view is an ``index_select`` on them. The train partition comes from a r
 partitioner; each client's test set follows its own train label distribution (FedHKD's and
 HyperFL's "local test accuracy"), and a class-balanced global test set serves global accuracy.
 The three draws use independent seeds derived from the one ``seed``.
+
+With a ``client_split`` (train, val, test fractions), each client's own records are cut by a
+seeded permutation into its train, validation and test sets instead (Pa3dFL's 0.8/0.1/0.1 of
+600 records per client; FedHKD's 0.75/0.25): the client's test and validation records then come
+from the dataset's train split, disjoint from its training records and from other clients'.
+Counts are ``round(val x n)`` and ``round(test x n)``, the rest training.
 """
 
 from __future__ import annotations
@@ -50,6 +56,10 @@ class FederatedData:
     test: Partition
     global_test: np.ndarray
     partition_name: str
+    #: per-client validation indices (into the train split); None without a client split
+    val: Partition | None = None
+    #: where ``test`` indexes: "test" (the test split) or "train" (a client split's own records)
+    test_source: str = "test"
 
     @property
     def info(self) -> DatasetInfo:
@@ -64,8 +74,16 @@ class FederatedData:
         return _subset(self.splits.train, self.train.client_indices[i])
 
     def client_test(self, i: int) -> ArrayDataset:
-        """Client ``i``'s local test samples, drawn with its train label distribution."""
-        return _subset(self.splits.test, self.test.client_indices[i])
+        """Client ``i``'s local test samples: drawn with its train label distribution, or its
+        own held-out records under a client split."""
+        source = self.splits.train if self.test_source == "train" else self.splits.test
+        return _subset(source, self.test.client_indices[i])
+
+    def client_val(self, i: int) -> ArrayDataset | None:
+        """Client ``i``'s validation records (a client split's), or None."""
+        if self.val is None or self.val.client_indices[i].size == 0:
+            return None
+        return _subset(self.splits.train, self.val.client_indices[i])
 
     def global_test_set(self) -> ArrayDataset:
         """The class-balanced global test set."""
@@ -85,6 +103,27 @@ def _size(key: str, value: int | None, default: int) -> int:
     return int(value)
 
 
+def _split_clients(
+    train: Partition, fractions: tuple[float, float, float], seed: int
+) -> tuple[Partition, Partition, Partition]:
+    rng = np.random.default_rng(seed)
+    parts: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])
+    for i, idx in enumerate(train.client_indices):
+        n = idx.size
+        n_val, n_test = round(fractions[1] * n), round(fractions[2] * n)
+        n_train = n - n_val - n_test
+        if n_train < 1 or (fractions[2] > 0 and n_test < 1):
+            raise ConfigError(
+                "client_split",
+                f"client {i} has {n} records: too few for train {n_train}, test {n_test}",
+            )
+        perm = idx[rng.permutation(n)]
+        parts[0].append(np.sort(perm[:n_train]))
+        parts[1].append(np.sort(perm[n_train : n_train + n_val]))
+        parts[2].append(np.sort(perm[n_train + n_val :]))
+    return Partition(tuple(parts[0])), Partition(tuple(parts[1])), Partition(tuple(parts[2]))
+
+
 def build_federated_data(
     splits: DatasetSplits,
     *,
@@ -94,10 +133,13 @@ def build_federated_data(
     partition: str,
     partition_params: Mapping[str, Any],
     seed: int,
+    client_split: tuple[float, float, float] | None = None,
 ) -> FederatedData:
     """Partition ``splits`` among ``num_clients`` clients.
 
-    ``None`` sizes take the dataset's defaults (:class:`DatasetInfo`). The ``dominant``
+    ``None`` sizes take the dataset's defaults (:class:`DatasetInfo`). ``client_split`` (train,
+    val, test fractions) cuts each client's records into its own three sets; the test-size
+    argument is then unused. The ``dominant``
     partitioner receives ``groups=info.class_groups`` unless ``partition_params`` sets them.
 
     Raises:
@@ -119,6 +161,11 @@ def build_federated_data(
         seed=seed,
         **params,
     )
+    if client_split is not None:
+        tr, va, te = _split_clients(train, client_split, derive_seed(seed, 4))
+        global_test = uniform_test_indices(test_labels, info.num_classes, seed=derive_seed(seed, 2))
+        global_test.setflags(write=False)
+        return FederatedData(splits, tr, te, global_test, partition, val=va, test_source="train")
     test = client_test_indices(
         test_labels,
         train.label_counts(train_labels, info.num_classes),

@@ -100,7 +100,9 @@ def _one_task(engine: Engine, cid: int = 0) -> tuple[ClientData, ClientTask]:
     alg, fed = engine.algorithm, engine.data
     alg.begin_round(1, [cid])
     task = ClientTask(cid, 1, alg.broadcast(1, cid), engine.client_states[cid], True, engine.seed)
-    data = ClientData(cid, fed.client_train(cid), fed.client_test(cid), fed.info)
+    data = ClientData(
+        cid, fed.client_train(cid), fed.client_test(cid), fed.info, fed.client_val(cid)
+    )
     return data, task
 
 

@@ -45,9 +45,20 @@ PRIVACY = {
 MODEL = {"hyperfl_lpm": {"model": "resnet18_adapter", "model_params": {"tiny": True}}}
 
 
+#: what a capacity-aware algorithm gets: three clients of widths 1, 1/2 and 1/4 on Pa3dFL's
+#: width-scalable CNN, each with its own validation records
+CAPACITY = {
+    "model": "pa3dfl_cnn_fmnist",
+    "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.0625]},
+    "client_split": {"train": 0.6, "val": 0.2, "test": 0.2},
+}
+
+
 def _cfg(raw: dict, algorithm: str):  # type: ignore[no-untyped-def]
-    needs = ALGORITHMS.get(algorithm).requires_privacy
+    cls = ALGORITHMS.get(algorithm)
+    needs = cls.requires_privacy
     extra = {"privacy": PRIVACY[needs]} if needs else {}
+    extra |= CAPACITY if cls.capacity_aware else {}
     return validate_config(raw | {"algorithm": algorithm} | extra | MODEL.get(algorithm, {}))
 
 

@@ -1,0 +1,136 @@
+"""Width-scalable versions of Pa3dFL's CNNs (Wang et al., Appendix D.2, Table 4).
+
+Every hidden channel count C becomes ``C x width``; the input channels and the head's classes stay.
+``width`` must give whole channel counts (the capacity width rule gives multiples of ``p_min``,
+and flcore.capacity checks ``p_min`` against :attr:`ScalableModel.FULL_CHANNELS`).
+
+Table 4, as built here:
+
+- ``pa3dfl_cnn_fmnist`` (1.73M parameters at width 1): conv 1->32 k5 pad 2, max-pool 2, ReLU;
+  conv 32->64 k5 pad 2, max-pool 2, ReLU; fc 3136->512, ReLU; fc 512->128, ReLU; head 128->10.
+- ``pa3dfl_cnn_cifar100``: conv 3->64 k5, max-pool 2, ReLU; conv 64->64 k5, max-pool 2, ReLU;
+  fc 1600->384, ReLU; fc 384->192, ReLU; head 192->100.
+
+Table 4 lists a ReLU after the last layer too ("(128,10), relu"); logits through a ReLU cannot be
+negative, and FLGo's CNNs, which the paper cites for these models, have none: the head here is a
+plain linear layer. ``cnn_fmnist`` (HyperFL's CNN) is a different network and is left as it is.
+
+:meth:`ScalableModel.channel_axes` says, for every state tensor, which axes are indexed by which
+layer's channels (and with what block size: the first fully-connected layer reads each conv
+channel as a block of 7x7 or 5x5 inputs), so the width-slicing algorithms (HeteroFL, FjORD,
+FedRolex) can cut any width, or any window of channels, out of the full model.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from torch import nn
+
+from flcore.models.base import MODELS, SplitModel
+
+__all__ = ["ScalableModel", "ScalableCNNFashionMNIST", "ScalableCNNCifar100", "scaled"]
+
+
+def scaled(channels: int, width: float) -> int:
+    """``channels x width`` as a whole channel count.
+
+    Raises:
+        ValueError: the product is not a whole, positive number of channels.
+    """
+    c = channels * width
+    n = round(c)
+    if n < 1 or abs(c - n) > 1e-6:
+        raise ValueError(
+            f"width {width:g} gives {c:g} of {channels} channels: widths must give whole, "
+            "nonzero channel counts (use a multiple of the capacity's p_min)"
+        )
+    return n
+
+
+class ScalableModel(SplitModel):
+    """A :class:`SplitModel` whose hidden channel counts scale with ``width``."""
+
+    #: full-width channel count of each scaled layer (its output channels)
+    FULL_CHANNELS: ClassVar[dict[str, int]] = {}
+    #: state key -> ((axis, layer whose channels index it, block size), ...)
+    CHANNEL_AXES: ClassVar[dict[str, tuple[tuple[int, str, int], ...]]] = {}
+
+    width: float
+
+    @classmethod
+    def channel_axes(cls) -> dict[str, tuple[tuple[int, str, int], ...]]:
+        """Per state key, the axes cut by width: (axis, channel layer, block size)."""
+        return dict(cls.CHANNEL_AXES)
+
+
+def _axes(conv1: str, conv2: str, fc1: str, fc2: str, block: int) -> dict:
+    return {
+        "features.0.weight": ((0, conv1, 1),),
+        "features.0.bias": ((0, conv1, 1),),
+        "features.3.weight": ((0, conv2, 1), (1, conv1, 1)),
+        "features.3.bias": ((0, conv2, 1),),
+        "features.7.weight": ((0, fc1, 1), (1, conv2, block)),
+        "features.7.bias": ((0, fc1, 1),),
+        "features.9.weight": ((0, fc2, 1), (1, fc1, 1)),
+        "features.9.bias": ((0, fc2, 1),),
+        "head.weight": ((1, fc2, 1),),
+    }
+
+
+@MODELS.register("pa3dfl_cnn_fmnist")
+class ScalableCNNFashionMNIST(ScalableModel):
+    """Pa3dFL's Fashion-MNIST CNN (Table 4) at ``width``; 28x28 inputs."""
+
+    FULL_CHANNELS: ClassVar[dict[str, int]] = {"conv1": 32, "conv2": 64, "fc1": 512, "fc2": 128}
+    CHANNEL_AXES: ClassVar[dict[str, tuple[tuple[int, str, int], ...]]] = _axes(
+        "conv1", "conv2", "fc1", "fc2", 7 * 7
+    )
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 1, width: float = 1.0) -> None:
+        super().__init__()
+        self.width = width
+        c1, c2, h1, h2 = (scaled(c, width) for c in self.FULL_CHANNELS.values())
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, c1, kernel_size=5, padding=2),  # 0
+            nn.MaxPool2d(2),
+            nn.ReLU(),
+            nn.Conv2d(c1, c2, kernel_size=5, padding=2),  # 3
+            nn.MaxPool2d(2),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(c2 * 7 * 7, h1),  # 7
+            nn.ReLU(),
+            nn.Linear(h1, h2),  # 9
+            nn.ReLU(),
+        )
+        self.head = nn.Linear(h2, num_classes)
+
+
+@MODELS.register("pa3dfl_cnn_cifar100")
+class ScalableCNNCifar100(ScalableModel):
+    """Pa3dFL's CIFAR-100 CNN (Table 4) at ``width``; 32x32 inputs."""
+
+    FULL_CHANNELS: ClassVar[dict[str, int]] = {"conv1": 64, "conv2": 64, "fc1": 384, "fc2": 192}
+    CHANNEL_AXES: ClassVar[dict[str, tuple[tuple[int, str, int], ...]]] = _axes(
+        "conv1", "conv2", "fc1", "fc2", 5 * 5
+    )
+
+    def __init__(self, num_classes: int = 100, in_channels: int = 3, width: float = 1.0) -> None:
+        super().__init__()
+        self.width = width
+        c1, c2, h1, h2 = (scaled(c, width) for c in self.FULL_CHANNELS.values())
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, c1, kernel_size=5),  # 0
+            nn.MaxPool2d(2),
+            nn.ReLU(),
+            nn.Conv2d(c1, c2, kernel_size=5),  # 3
+            nn.MaxPool2d(2),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(c2 * 5 * 5, h1),  # 7
+            nn.ReLU(),
+            nn.Linear(h1, h2),  # 9
+            nn.ReLU(),
+        )
+        self.head = nn.Linear(h2, num_classes)
