@@ -136,6 +136,27 @@ def test_bad_config_exits_2_and_writes_nothing(
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(
+    ("capacity", "needle"),
+    [
+        ({"name": "uniform", "low": 0.001, "high": 1.0}, "below p_min^2"),
+        ({"name": "uniform", "low": 0.5, "high": 0.2}, "high (0.2) < low (0.5)"),
+        ({"name": "ideal", "p_min": 0.015625}, "conv1"),
+    ],
+)
+def test_bad_capacity_exits_2_and_writes_nothing(
+    tiny_config: dict, tmp_path: Path, capacity: dict, needle: str
+) -> None:
+    cfg = tmp_path / "exp.yaml"
+    raw = tiny_config | {"model": "pa3dfl_cnn_fmnist", "capacity": capacity}
+    cfg.write_text(yaml.safe_dump(raw))
+    out = _cli(["run", str(cfg), "--json"], tmp_path)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert needle in out.stderr and "capacity" in out.stderr
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "runs").exists()
+
+
 def test_list_prints_registered_names(tmp_path: Path) -> None:
     out = _cli(["list", "algorithms"], tmp_path)
     assert out.returncode == 0 and {"fedavg", "local"} <= set(out.stdout.split())
