@@ -10,6 +10,10 @@ and CIFAR-10 (PSNR, SSIM: higher is more leakage; LPIPS: lower is more leakage).
 A paper figure is shown beside ours only where a run's params match its setting: comparing a
 3-round, 100-sample run with a 200-round figure would mislead. The paper reports no attack on
 Fashion-MNIST. Pure data and pure functions.
+
+Beside them, Pa3dFL's (:data:`PA3DFL_PAPER`): Table 1's Fashion-MNIST columns
+(:data:`PA3DFL_FMNIST`), Table 3's ablations (:data:`PA3DFL_ABLATION_FMNIST`) and Table 2's
+efficiency figures (:data:`PA3DFL_EFFICIENCY`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ __all__ = [
     "ATTACK",
     "ATTACK_DATASETS",
     "AccuracySetting",
+    "PA3DFL_ABLATION_FMNIST",
+    "PA3DFL_EFFICIENCY",
+    "PA3DFL_FMNIST",
+    "PA3DFL_PAPER",
     "PAPER",
     "accuracy_comparison",
     "attack_comparison",
@@ -100,6 +108,79 @@ ATTACK: dict[str, dict[str, tuple[float, float, float]]] = {
     },
 }
 ATTACK_DATASETS = tuple(ATTACK)
+
+PA3DFL_PAPER = (
+    'Wang et al., "Selective Knowledge Sharing for Personalized Federated Learning Under '
+    'Capacity Heterogeneity" (Pa3dFL), 2024'
+)
+#: Pa3dFL Table 1, Fashion-MNIST: mean test accuracy (%) of the clients over 3 seeds, by setting
+#: (``ideal``: every capacity ratio 1; ``hetero``: ratios ~ U[0.01, 1]); 100 IID clients of 600
+#: records, 500 rounds with early stopping after 0.2R rounds without validation gain
+#: (benchmarks/reproduce_pa3dfl_table1.py, sweeps/configs/pa3dfl/)
+PA3DFL_FMNIST: dict[str, dict[str, float]] = {
+    "ideal": {
+        "fedavg": 91.71,
+        "ditto": 90.91,
+        "pfedhn": 84.51,
+        "flanc": 91.43,
+        "fjord": 91.04,
+        "heterofl": 90.56,
+        "fedrolex": 91.78,
+        "local": 75.72,
+        "lg_fedavg": 78.96,
+        "tailorfl": 91.63,
+        "pfedgate": 88.33,
+        "pa3dfl": 91.04,
+    },
+    "hetero": {
+        "fedavg": 87.76,
+        "ditto": 86.51,
+        "pfedhn": 82.51,
+        "flanc": 85.33,
+        "fjord": 90.11,
+        "heterofl": 85.66,
+        "fedrolex": 87.40,
+        "local": 74.98,
+        "lg_fedavg": 78.21,
+        "tailorfl": 88.41,
+        "pfedgate": 76.58,
+        "pa3dfl": 89.55,
+    },
+}
+#: Pa3dFL Table 3, Fashion-MNIST (the Hetero setting, beside Pa3dFL's 89.55): the ablations
+PA3DFL_ABLATION_FMNIST: dict[str, float] = {
+    "without_hn_aggregation": 78.94,  # only the general parameters aggregated
+    "flanc_decomposition": 84.58,  # FLANC's decomposition (its Eq. 3) instead of Pa3dFL's
+}
+#: Pa3dFL Table 2 (CIFAR-100 CNN, batch 128): (FLOPs x 1e7, peak memory MB, model size x 0.1 MB)
+#: by method and capacity ratio r; FedAvg trains the full model only
+PA3DFL_EFFICIENCY: dict[str, dict[float, tuple[float, float, float]]] = {
+    "fedavg": {1.0: (188.0, 71.1, 30.4)},
+    "p-width": {
+        1 / 256: (3.5, 23.1, 0.1),
+        1 / 64: (8.2, 26.2, 0.5),
+        1 / 4: (59.1, 45.3, 7.6),
+        1.0: (188.0, 71.1, 30.4),
+    },
+    "flanc": {
+        1 / 256: (15.0, 30.1, 0.6),
+        1 / 64: (18.2, 34.1, 0.9),
+        1 / 4: (42.3, 58.4, 7.76),
+        1.0: (87.7, 90.9, 29.3),
+    },
+    "pfedgate": {
+        1 / 256: (5.5, 39.2, 36.3),
+        1 / 64: (10.1, 42.3, 36.3),
+        1 / 4: (61.0, 61.4, 36.3),
+        1.0: (190.0, 87.2, 36.3),
+    },
+    "pa3dfl": {
+        1 / 256: (3.6, 23.3, 0.8),
+        1 / 64: (8.3, 26.5, 1.3),
+        1 / 4: (59.9, 46.3, 8.5),
+        1.0: (191.9, 74.8, 28.7),
+    },
+}
 _ATTACK_METRICS = ("leak_psnr", "leak_ssim", "leak_lpips")
 
 

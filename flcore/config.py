@@ -35,6 +35,8 @@ __all__ = [
     "CapacityConfig",
     "ClientSplitConfig",
     "EarlyStoppingConfig",
+    "VALIDATION_METRICS",
+    "check_early_stopping",
     "SYMBOLIC_ROUNDS",
     "resolve_round",
     "load_config",
@@ -370,6 +372,7 @@ def _check_names(cfg: ExperimentConfig) -> None:
             raise ConfigError("partition.k", f"must be <= {n_cls} classes of {cfg.dataset}")
     if cfg.capacity is not None:
         _check_capacity(cfg, cfg.capacity)
+    check_early_stopping(cfg)
     alg = ALGORITHMS.get(cfg.algorithm)
     alg.validate_params(cfg.algorithm_params)
     if cfg.privacy is not None and cfg.privacy.mechanism not in alg.privacy_mechanisms:
@@ -394,6 +397,34 @@ def _check_names(cfg: ExperimentConfig) -> None:
             f"{cfg.algorithm} needs a privacy mapping, e.g. "
             f"{{mechanism: {alg.requires_privacy}, target_epsilon: 4, delta: 1e-5, "
             f"clip: 0.04}}",
+        )
+
+
+#: what early stopping may watch: the clients' mean validation accuracy after local training, or
+#: of the model they start the round with
+VALIDATION_METRICS = ("val_accuracy", "val_accuracy_before")
+
+
+def check_early_stopping(cfg: ExperimentConfig) -> None:
+    """Refuse ``cfg.early_stopping`` where the run would have nothing to stop on: it needs the
+    clients' validation records (``client_split`` with ``val > 0``) and a validation metric.
+
+    Raises:
+        ConfigError: naming ``early_stopping`` (or ``early_stopping.metric``).
+    """
+    es = cfg.early_stopping
+    if es is None:
+        return
+    if es.metric not in VALIDATION_METRICS:
+        raise ConfigError(
+            "early_stopping.metric",
+            f"must be a validation metric ({', '.join(VALIDATION_METRICS)}), got {es.metric!r}",
+        )
+    if cfg.client_split is None or cfg.client_split.val <= 0:
+        raise ConfigError(
+            "early_stopping",
+            "needs validation records: set client_split with val > 0 "
+            "(e.g. {train: 0.8, val: 0.1, test: 0.1}), or remove early_stopping",
         )
 
 

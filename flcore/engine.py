@@ -4,6 +4,24 @@ Randomness is derived, not carried: the clients of round r come from a generator
 (seed, r), and client c's local stream in round r from (seed, r, c). A run restored from a
 checkpoint after round r therefore continues with exactly the draws it would have made, and the
 checkpoint needs no RNG state beyond the round number.
+
+Early stopping (Pa3dFL, Appendix D.3: "early stopping when there is no gain in the optimal
+validation metrics for more than 0.2R rounds"), on when ``early_stopping_metric`` is given:
+
+- the tracked value of round r is the mean of the metric (``val_accuracy``, or
+  ``val_accuracy_before``) over the clients *sampled in round r* that report it, i.e. over their
+  own validation records (a ``client_split`` with val > 0); only evaluation rounds measure it,
+  and a round that measures nothing (a Poisson-sampled round with no client, or a round whose
+  clients report no validation metric) neither improves it nor counts as a check;
+- a gain is a value strictly above the best so far (a tie is no gain); the best value and its
+  round are kept;
+- after a round that measured the metric, if ``round - best_round > patience x rounds`` and the
+  run has rounds left, the run stops after this round (``stopped_early``);
+- the run then reports its best-validation model: the summary's client accuracies
+  (``accuracy``, ``accuracy_before``, the ``*_width_*`` keys) and ``global_accuracy`` are those
+  recorded in the best round, beside ``rounds_completed``, ``best_round``, ``early_stopped``
+  (1.0 / 0.0) and ``best_<metric>``. Cumulative totals (bytes, seconds, epsilon) are those of
+  every round actually run. Checkpoints carry this state.
 """
 
 from __future__ import annotations
@@ -24,7 +42,7 @@ from flcore.capacity import width_label
 from flcore.data import FederatedData
 from flcore.executor import AlgorithmFactory, make_executor
 
-__all__ = ["Engine", "CHECKPOINT_VERSION", "CLIENT_ACCURACIES"]
+__all__ = ["Engine", "CHECKPOINT_VERSION", "CLIENT_ACCURACIES", "VAL_ACCURACIES"]
 
 CHECKPOINT_VERSION = 1
 
@@ -58,6 +76,10 @@ class Engine:
             ``round_metrics(round)`` and ``summary(engine)`` merge into the results,
             ``state_dict``/``load_state_dict`` into checkpoints. Their time is not counted in
             ``round_seconds``.
+        early_stopping_metric: a validation metric (one of :data:`VAL_ACCURACIES`, higher is
+            better) to stop on (see the module docstring); None: no early stopping.
+        early_stopping_patience: the rounds without gain tolerated, as a fraction of
+            ``rounds`` (Pa3dFL: 0.2).
     """
 
     def __init__(
@@ -74,7 +96,18 @@ class Engine:
         device: str = "cpu",
         callbacks: list[Callback] | None = None,
         probes: list[Any] | None = None,
+        early_stopping_metric: str | None = None,
+        early_stopping_patience: float = 0.2,
     ) -> None:
+        if early_stopping_metric is not None and early_stopping_metric not in VAL_ACCURACIES:
+            raise ValueError(
+                f"early_stopping_metric must be one of {', '.join(VAL_ACCURACIES)}, "
+                f"got {early_stopping_metric!r}"
+            )
+        if not 0 < early_stopping_patience <= 1:
+            raise ValueError(
+                f"early_stopping_patience must be in (0, 1], got {early_stopping_patience!r}"
+            )
         self.factory = factory
         self.data = data
         self.rounds = rounds
@@ -95,6 +128,16 @@ class Engine:
         self.totals = {"bytes_up": 0.0, "bytes_down": 0.0, "seconds": 0.0}
         self.history: list[RoundResult] = []
         self._costs: dict[int, dict[str, Any]] | None = None
+        self.early_stopping_metric = early_stopping_metric
+        self.early_stopping_patience = early_stopping_patience
+        self.best_value: float | None = None  # best early-stopping metric so far
+        self.best_round: int | None = None  # the round that measured it
+        self.stopped_early = False
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run has ended: all its rounds run, or stopped early."""
+        return self.round >= self.rounds or self.stopped_early
 
     # ----------------------------------------------------------------- running
     def run(self) -> dict[str, float | None]:
@@ -110,14 +153,15 @@ class Engine:
         self.callbacks.on_run_start(
             RunInfo(self.algorithm.name, self.rounds, self.data.num_clients, self.round + 1)
         )
-        if self.round >= self.rounds:
+        if self.finished:
             return
         executor = make_executor(self.factory, self.data, self.workers, self.device)
         try:
-            while self.round < self.rounds:
+            while not self.finished:
                 result = self._one_round(executor, self.round + 1)
                 self.round += 1
                 self.history.append(result)
+                self._track_validation(result)
                 self.callbacks.on_round_end(result)
                 yield result
         except BaseException:
@@ -126,6 +170,26 @@ class Engine:
             raise
         else:
             executor.close()
+
+    def _track_validation(self, result: RoundResult) -> None:
+        """Early stopping's bookkeeping after ``result``'s round (see the module docstring)."""
+        if self.early_stopping_metric is None:
+            return
+        value = result.metrics.get(self.early_stopping_metric)
+        if value is None or not math.isfinite(value):
+            return  # not measured this round: neither a gain nor a check
+        if self.best_value is None or value > self.best_value:
+            self.best_value, self.best_round = float(value), result.round
+        assert self.best_round is not None
+        patience = self.early_stopping_patience * self.rounds
+        if result.round - self.best_round > patience and result.round < self.rounds:
+            self.stopped_early = True
+
+    def _replay_validation(self) -> None:
+        """Rebuild early stopping's state from the history (a checkpoint without it)."""
+        self.best_value, self.best_round, self.stopped_early = None, None, False
+        for h in self.history:
+            self._track_validation(h)
 
     def _is_eval_round(self, r: int) -> bool:
         return r % self.eval_every == 0 or r == self.rounds
@@ -236,13 +300,20 @@ class Engine:
         return out
 
     def summary(self) -> dict[str, Any]:
-        """Final metrics: the last evaluated round's accuracies and the cumulative totals."""
+        """Final metrics: the last evaluated round's accuracies and the cumulative totals.
+
+        With early stopping, the accuracies are those of the best-validation round instead,
+        and ``rounds_completed``, ``best_round``, ``early_stopped`` and ``best_<metric>`` are
+        added (see the module docstring)."""
         last_eval = next((h for h in reversed(self.history) if h.evaluated), None)
         # A Poisson-sampled round (client-level DP) may have no client: the client accuracies
         # are then those of the last evaluated round that had clients.
         with_clients = next(
             (h for h in reversed(self.history) if h.evaluated and h.client_ids), None
         )
+        best = next((h for h in self.history if h.round == self.best_round), None)
+        if self.early_stopping_metric is not None and best is not None:
+            last_eval = with_clients = best  # the best-validation model is the one reported
         width_keys = (
             {
                 k: v
@@ -260,6 +331,11 @@ class Engine:
             **self.totals,
             **self.algorithm.privacy_metrics(),
         }
+        if self.early_stopping_metric is not None:
+            out["rounds_completed"] = self.round
+            out["best_round"] = self.best_round
+            out["early_stopped"] = 1.0 if self.stopped_early else 0.0
+            out[f"best_{self.early_stopping_metric}"] = self.best_value
         for probe in self.probes:
             out.update(probe.summary(self))
         return out
@@ -318,6 +394,12 @@ class Engine:
             "totals": dict(self.totals),
             "history": [(h.round, h.client_ids, h.metrics, h.evaluated) for h in self.history],
             "probes": [p.state_dict() for p in self.probes],
+            "early_stopping": {
+                "metric": self.early_stopping_metric,
+                "best_value": self.best_value,
+                "best_round": self.best_round,
+                "stopped_early": self.stopped_early,
+            },
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -337,6 +419,13 @@ class Engine:
         self.history = [RoundResult(*h) for h in state["history"]]
         for probe, probe_state in zip(self.probes, state.get("probes", []), strict=False):
             probe.load_state_dict(probe_state)
+        stopping = state.get("early_stopping")
+        if stopping is not None and stopping.get("metric") == self.early_stopping_metric:
+            self.best_value = stopping["best_value"]
+            self.best_round = stopping["best_round"]
+            self.stopped_early = bool(stopping["stopped_early"])
+        else:  # an older checkpoint, or one tracking another metric: rebuild from the history
+            self._replay_validation()
 
     def save_checkpoint(self, path: str | Path) -> Path:
         """Write the state to ``path`` atomically (a crash never leaves a half file)."""

@@ -8,14 +8,21 @@ from typing import Any
 from flcore.algorithms import ALGORITHMS, LocalTraining, ModelSpec
 from flcore.callbacks import Callback
 from flcore.capacity import Capacity, make_capacity
-from flcore.config import ExperimentConfig
+from flcore.config import ExperimentConfig, check_early_stopping
 from flcore.data import FederatedData, build_federated_data, load_dataset
 from flcore.engine import Engine
 from flcore.executor import AlgorithmFactory
 from flcore.privacy.accounting import calibrate_history
 from flcore.privacy.settings import PrivacySettings
 
-__all__ = ["attack_probe", "build_capacity", "build_data", "build_engine", "resolve_privacy"]
+__all__ = [
+    "attack_probe",
+    "build_capacity",
+    "build_data",
+    "build_engine",
+    "check_early_stopping",
+    "resolve_privacy",
+]
 
 
 def resolve_privacy(cfg: ExperimentConfig, data: FederatedData) -> PrivacySettings | None:
@@ -143,7 +150,12 @@ def build_engine(
     data: FederatedData | None = None,
     callbacks: list[Callback] | None = None,
 ) -> Engine:
-    """The engine for ``cfg``; pass ``data`` to reuse an already built federated dataset."""
+    """The engine for ``cfg``; pass ``data`` to reuse an already built federated dataset.
+
+    Raises:
+        ConfigError: ``early_stopping`` without validation records (before any data is built).
+    """
+    check_early_stopping(cfg)
     data = data if data is not None else build_data(cfg)
     info = data.info
     capacity = build_capacity(cfg)
@@ -194,4 +206,6 @@ def build_engine(
         workers=cfg.resolved_workers(),
         device=cfg.device,
         callbacks=callbacks,
+        early_stopping_metric=cfg.early_stopping.metric if cfg.early_stopping else None,
+        early_stopping_patience=cfg.early_stopping.patience if cfg.early_stopping else 0.2,
     )

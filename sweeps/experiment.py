@@ -8,7 +8,7 @@ from typing import Any
 from flcore.callbacks import Callback, RoundResult
 from flcore.config import ExperimentConfig, flatten
 from flcore.engine import Engine
-from flcore.experiment import build_data, build_engine
+from flcore.experiment import build_data, build_engine, check_early_stopping
 from sweeps.attack_artifacts import ATTACK_GRID_DIR, attack_tags, grid_png
 from sweeps.progress import ProgressCallback
 from sweeps.provenance import provenance_tags
@@ -46,8 +46,12 @@ def run_experiment(
     ``dp_relation`` and for client-level DP ``client_sampling``; the MLflow run carries them
     as tags).
 
-    The data is built before the MLflow run is created, so a missing dataset writes nothing.
+    The data is built before the MLflow run is created, so a missing dataset writes nothing;
+    an ``early_stopping`` without validation records is refused before that. A run that early
+    stopping ends before ``cfg.rounds`` ends normally (FINISHED), its summary that of its
+    best-validation round with ``rounds_completed``, ``best_round`` and ``early_stopped``.
     """
+    check_early_stopping(cfg)
     data = build_data(cfg)
     tracker = MLflowCallback(
         experiment=experiment_name(cfg.experiment),

@@ -11,7 +11,11 @@ spec's ``missing`` value (``fills``: per algorithm, from :func:`sweeps.spec.miss
 a metric it can report but has not measured (yet) is NaN, never a fill-in (§3.1: a leakage not
 measured yet used to become 0 dB, the best score). The searcher (:mod:`sweeps.search`) judges the
 last report: ``rounds_completed`` below ``rounds_total`` (stopped early), ``diverged`` (a NaN or
-inf training loss; the trial ends there), or an objective still NaN. ``privacy_tags`` is the
+inf training loss; the trial ends there), or an objective still NaN. A seed's run may end before
+its last round by the config's ``early_stopping`` (Pa3dFL's protocol, not a scheduler's
+pruning): once every seed's run has ended, ``rounds_total`` is ``rounds_completed`` (the trial is
+COMPLETE), and the client accuracies reported are each seed's best-validation round's
+(:meth:`flcore.engine.Engine.summary`), with ``best_round``. ``privacy_tags`` is the
 algorithm's :meth:`~flcore.algorithms.base.Algorithm.privacy_tags` (the driver tags the child run
 with each). A checkpoint holds every seed's whole engine state.
 """
@@ -32,7 +36,7 @@ from ray import tune
 
 from flcore.algorithms.base import Algorithm
 from flcore.config import ExperimentConfig, apply_overrides, validate_config
-from flcore.engine import Engine
+from flcore.engine import CLIENT_ACCURACIES, Engine
 from flcore.experiment import build_data, build_engine
 from search_spaces import overrides_for
 
@@ -106,7 +110,7 @@ class FLTrainable(tune.Trainable):
         for i, engine in enumerate(self.engines):
             rounds = engine.iter_rounds()
             for _ in range(self.rounds_per_step):
-                if engine.round >= engine.rounds:
+                if engine.finished:  # all its rounds, or stopped by early stopping
                     break
                 result = next(rounds)
                 for key, value in result.metrics.items():
@@ -119,7 +123,7 @@ class FLTrainable(tune.Trainable):
             rounds.close()
             if diverged:
                 break
-        finished = not diverged and all(e.round >= e.rounds for e in self.engines)
+        finished = not diverged and all(e.finished for e in self.engines)
         last_round: dict[str, Any] = {}
         if finished:
             last_round = self._report()
@@ -138,7 +142,7 @@ class FLTrainable(tune.Trainable):
         grid = self._attack_grid()
         if grid is not None:
             report["attack_grid_png"] = grid  # once: the driver logs it as an artifact
-        done = all(e.round >= e.rounds for e in self.engines)
+        done = all(e.finished for e in self.engines)
         report["diverged"] = diverged  # the searcher tells it FAIL (reason "diverged")
         report["done"] = done or diverged
         return report
@@ -151,6 +155,18 @@ class FLTrainable(tune.Trainable):
             for key, value in probe.summary(engine).items():
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     self._latest[i][key] = value
+        if engine.early_stopping_metric is not None:
+            # the best-validation round's accuracies replace the last round's (a width cluster
+            # absent from that round is absent from the report too); ``stopped_early`` is left
+            # out: in a sweep that name is the tag of a trial a scheduler pruned
+            summary = engine.summary()
+            latest = self._latest[i]
+            for key in [k for k in latest if k.startswith(CLIENT_ACCURACIES)]:
+                del latest[key]
+            for key, value in summary.items():
+                selected = key.startswith(CLIENT_ACCURACIES) or key == "global_accuracy"
+                if (selected or key == "best_round") and value is not None:
+                    latest[key] = value
 
     def _attack_grid(self) -> str | None:
         """The first seed's attack image grid as base64 PNG, the first time one exists (it
@@ -174,7 +190,13 @@ class FLTrainable(tune.Trainable):
             "startup_seconds": self._startup_s,
             # every seed's engine, for a trial stopped early (ASHA) versus one that ran to the end
             "rounds_completed": int(min(e.round for e in self.engines)),
-            "rounds_total": int(self.engines[0].rounds),
+            # the rounds the trial runs to; once every seed ended (early stopping may end one
+            # before its last round) the rounds it ran, so such a trial is not taken as pruned
+            "rounds_total": int(
+                min(e.round for e in self.engines)
+                if all(e.finished for e in self.engines)
+                else self.engines[0].rounds
+            ),
             "privacy_tags": dict(self.engines[0].algorithm.privacy_tags()),
         }
         out["dp_guarantee"] = out["privacy_tags"]["dp_guarantee"]

@@ -1,0 +1,283 @@
+"""Reproduce Pa3dFL's Table 1 (Fashion-MNIST columns, Ideal and Hetero) in resumable chunks.
+
+Runs each method's config ``sweeps/configs/pa3dfl/fmnist_<setting>_<method>.yaml`` (Pa3dFL's
+Appendix D: 100 IID clients of 600 records split 0.8/0.1/0.1 into train/validation/test, capacity
+ratios all 1 (ideal) or ~ U[0.01, 1] (hetero), client fraction 0.2, batch 50, 5 local epochs, lr
+decay 0.998, 500 rounds with early stopping once 0.2R rounds pass without a validation gain) for
+each setting and seed. Each run lives in ``OUT/<setting>-<method>[-<label>]-r<rounds>-s<seed>/``
+(default OUT: ``~/.cache/fedsweep-runs/pa3dfl``, see benchmarks/_runs.py): every
+``--checkpoint-every`` rounds, and when the run ends (its last round or its early stop), the
+engine's whole state goes to ``checkpoint.pt``; a later invocation with the same OUT resumes each
+run where it stopped and skips ended ones, exactly as benchmarks/reproduce_table1.py does
+(``--max-minutes`` stops cleanly after the next checkpoint past that budget, ``--until-round``
+after that round). Per-round metrics go to ``metrics.jsonl``, the engine's summary to
+``summary.json``. Needs flcore only (no Ray, MLflow or Optuna).
+
+``--rounds N`` runs N rounds instead of the config's 500 (early stopping's patience is then
+0.2N); such a run carries ``r<N>`` in its folder and ``rounds`` in its output, and its paper
+figure is shown as ``paper`` but never compared (``comparable: false``): only a run of the
+config's own rounds without ``--set`` overrides is the paper's setting.
+
+The result is one JSON object on stdout: per run, the rounds done, whether early stopping ended
+it, its best-validation round, the accuracies of that round (``accuracy``, ``accuracy_before``,
+the worst capacity cluster's), the wall seconds spent and the paper's figure. ``--summary``
+prints instead a markdown table of the runs under OUT (means over seeds): method, setting,
+rounds, ours, paper, difference, worst-width accuracy, where "ours" is the accuracy of the model
+the method deploys (:data:`OURS_METRIC`):
+
+- ``accuracy_before`` for methods whose deployed model is the global model (FedAvg, FLANC,
+  FjORD, HeteroFL, FedRolex): the (width-p_i) global model each client receives, on its own test
+  records;
+- ``accuracy`` for the personalized methods (Ditto, pFedHN, Local-only, LG-FedAvg, TailorFL,
+  pFedGate, Pa3dFL): each client's personal model after its local training.
+
+    .venv/bin/python benchmarks/reproduce_pa3dfl_table1.py --methods fedavg pa3dfl \\
+        --settings hetero --seeds 0 1 2 --max-minutes 50
+    .venv/bin/python benchmarks/reproduce_pa3dfl_table1.py --summary
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import machine  # noqa: E402
+from _runs import runs_dir  # noqa: E402
+from reproduce_table1 import _truncate_log  # noqa: E402
+
+from analysis.paper import PA3DFL_FMNIST  # noqa: E402
+from sweeps.cli import jsonable  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "sweeps" / "configs" / "pa3dfl"
+METHODS = (
+    "fedavg",
+    "ditto",
+    "pfedhn",
+    "flanc",
+    "fjord",
+    "heterofl",
+    "fedrolex",
+    "local",
+    "lg_fedavg",
+    "tailorfl",
+    "pfedgate",
+    "pa3dfl",
+)
+SETTINGS = ("ideal", "hetero")
+#: the accuracy of the model each method deploys: the global model a client receives
+#: (``accuracy_before``) or the client's personal model after local training (``accuracy``)
+OURS_METRIC: dict[str, str] = {
+    **dict.fromkeys(("fedavg", "flanc", "fjord", "heterofl", "fedrolex"), "accuracy_before"),
+    **dict.fromkeys(
+        ("ditto", "pfedhn", "local", "lg_fedavg", "tailorfl", "pfedgate", "pa3dfl"), "accuracy"
+    ),
+}
+_RUN = re.compile(r"^(?P<setting>ideal|hetero)-(?P<name>.+)-r(?P<rounds>\d+)-s(?P<seed>\d+)$")
+
+
+def _pct(value: Any) -> float | None:
+    return None if value is None else round(100.0 * float(value), 2)
+
+
+def config_path(setting: str, method: str) -> Path:
+    return CONFIGS / f"fmnist_{setting}_{method}.yaml"
+
+
+def run_one(
+    method: str, setting: str, seed: int, args: argparse.Namespace, deadline: float
+) -> dict[str, Any]:
+    """Run (or resume, or only read) one run; returns its JSON record."""
+    from flcore.config import load_config
+    from flcore.experiment import build_data, build_engine
+
+    over = [f"seed={seed}", f"workers={args.workers}"]
+    if args.rounds is not None:
+        over.append(f"rounds={args.rounds}")
+    cfg = load_config(config_path(setting, method), [*over, *args.set])
+    label = f"-{args.label}" if args.label else ""
+    run_dir = Path(args.out) / f"{setting}-{method}{label}-r{cfg.rounds}-s{seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt, log = run_dir / "checkpoint.pt", run_dir / "metrics.jsonl"
+    spent_file = run_dir / "spent.json"
+    engine = build_engine(cfg, data=build_data(cfg))
+    spent = 0.0
+    if ckpt.is_file():
+        engine.load_checkpoint(ckpt)
+        spent = float(json.loads(spent_file.read_text())["seconds"])
+        _truncate_log(log, engine.round)
+    elif log.is_file():
+        log.unlink()  # rounds logged before a first checkpoint that never came
+    start = time.perf_counter()
+    until = min(engine.rounds, args.until_round or engine.rounds)
+    if not engine.finished and engine.round < until and time.time() < deadline:
+        rounds = engine.iter_rounds()
+        for result in rounds:
+            with log.open("a") as f:
+                row = {"round": result.round, **result.metrics}
+                f.write(json.dumps({k: jsonable(v) for k, v in row.items()}) + "\n")
+            stop = engine.finished or result.round == args.until_round
+            if result.round % args.checkpoint_every == 0 or stop:
+                engine.save_checkpoint(ckpt)
+                total = spent + time.perf_counter() - start
+                spent_file.write_text(json.dumps({"seconds": total}))
+                if stop or time.time() > deadline:
+                    break
+        rounds.close()
+    if spent_file.is_file():  # every way out of the loop above passes a checkpoint first
+        spent = float(json.loads(spent_file.read_text())["seconds"])
+    summary = engine.summary()
+    (run_dir / "summary.json").write_text(
+        json.dumps({k: jsonable(v) for k, v in summary.items()}, indent=1)
+    )
+    comparable = cfg.rounds == 500 and not args.set
+    metric = OURS_METRIC[method]
+    return {
+        "run": run_dir.name,
+        "method": method,
+        "setting": setting,
+        "overrides": args.set,
+        "seed": seed,
+        "rounds": engine.rounds,
+        "rounds_done": engine.round,
+        "ended": engine.finished,
+        "stopped_early": engine.stopped_early,
+        "best_round": summary.get("best_round"),
+        "ours_metric": metric,
+        "accuracy": _pct(summary.get("accuracy")),
+        "accuracy_before": _pct(summary.get("accuracy_before")),
+        "accuracy_worst_width": _pct(summary.get("accuracy_worst_width")),
+        "accuracy_before_worst_width": _pct(summary.get("accuracy_before_worst_width")),
+        "global_accuracy": _pct(summary.get("global_accuracy")),
+        "paper": PA3DFL_FMNIST[setting].get(method),
+        "comparable": comparable,
+        "seconds": round(spent, 1),
+    }
+
+
+def read_runs(out: Path) -> list[dict[str, Any]]:
+    """Every run folder under ``out`` with a ``summary.json``: its name parts and summary."""
+    runs = []
+    for folder in sorted(out.iterdir()) if out.is_dir() else []:
+        m = _RUN.match(folder.name)
+        summary_file = folder / "summary.json"
+        if m is None or not summary_file.is_file():
+            continue
+        name = m["name"]
+        method = next((x for x in sorted(METHODS, key=len, reverse=True) if name.startswith(x)), "")
+        if not method or (name != method and not name.startswith(method + "-")):
+            continue
+        runs.append(
+            {
+                "setting": m["setting"],
+                "method": method,
+                "label": name[len(method) + 1 :],
+                "rounds": int(m["rounds"]),
+                "seed": int(m["seed"]),
+                "summary": json.loads(summary_file.read_text()),
+            }
+        )
+    return runs
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    return f"{mean:.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else f"{mean:.2f}"
+
+
+def summary_table(runs: list[dict[str, Any]]) -> str:
+    """Markdown: one row per (method, setting, label, rounds), means over seeds."""
+    groups: dict[tuple[str, str, str, int], list[dict[str, Any]]] = {}
+    for r in runs:
+        groups.setdefault((r["method"], r["setting"], r["label"], r["rounds"]), []).append(r)
+    lines = [
+        "| method | setting | rounds | seeds | ours (metric) | paper | difference | worst width |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    order = {m: i for i, m in enumerate(METHODS)}
+    for (method, setting, label, rounds), group in sorted(
+        groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1], kv[0][2], kv[0][3])
+    ):
+        metric = OURS_METRIC[method]
+        ours = [100 * s[metric] for g in group if (s := g["summary"]).get(metric) is not None]
+        worst = [
+            100 * s[f"{metric}_worst_width"]
+            for g in group
+            if (s := g["summary"]).get(f"{metric}_worst_width") is not None
+        ]
+        done = sorted({int(g["summary"].get("rounds", 0)) for g in group})
+        paper = PA3DFL_FMNIST[setting].get(method)
+        comparable = rounds == 500 and not label
+        diff = (
+            f"{statistics.fmean(ours) - paper:+.2f}"
+            if comparable and ours and paper is not None
+            else "n/a (not the paper's setting)"
+            if not comparable
+            else "-"
+        )
+        name = f"{method} ({label})" if label else method
+        lines.append(
+            f"| {name} | {setting} | {rounds} (ran {', '.join(map(str, done))}) | {len(group)} "
+            f"| {_cell(ours)} ({metric}) | {paper if paper is not None else '-'} | {diff} "
+            f"| {_cell(worst)} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=SETTINGS)
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument(
+        "--rounds", type=int, default=None, help="rounds per run (default: the config's 500)"
+    )
+    ap.add_argument("--out", default=str(runs_dir("pa3dfl")))
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--checkpoint-every", type=int, default=5)
+    ap.add_argument("--max-minutes", type=float, default=float("inf"))
+    ap.add_argument("--set", action="append", default=[], help="key=value for every run")
+    ap.add_argument("--label", default="", help="names the --set variant in run folders")
+    ap.add_argument(
+        "--until-round",
+        type=int,
+        default=None,
+        help="stop (with a checkpoint) after this round; the run stays a --rounds run",
+    )
+    ap.add_argument("--summary", action="store_true", help="print the markdown table of OUT")
+    args = ap.parse_args(argv)
+    if args.set and not args.label:
+        ap.error("--set needs --label (the variant's name in the run folders)")
+    if args.summary:
+        print(summary_table(read_runs(Path(args.out))))
+        return
+    missing = [
+        str(config_path(s, m))
+        for s in args.settings
+        for m in args.methods
+        if not config_path(s, m).is_file()
+    ]
+    if missing:
+        ap.error(f"no config: {', '.join(missing)}")
+    deadline = time.time() + args.max_minutes * 60
+    runs = [
+        run_one(m, s, seed, args, deadline)
+        for s in args.settings
+        for m in args.methods
+        for seed in args.seeds
+    ]
+    print(json.dumps({"machine": machine(), "runs": runs}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""benchmarks/reproduce_pa3dfl_table1.py on a tiny real-FMNIST override: it runs, stops at
+--until-round, resumes to the end, skips an ended run, summarises, and needs no Ray, MLflow or
+Optuna."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "reproduce_pa3dfl_table1.py"
+
+# Runs the script's main() three times in one fresh interpreter (one torch import), then says
+# which of the heavy sweep libraries that process imported.
+_DRIVER = """
+import contextlib, io, json, runpy, sys
+sys.argv = [sys.argv[0]]
+mod = runpy.run_path({script!r}, run_name="reproduce")
+docs = []
+for extra in ({first!r}, [], []):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        mod["main"]([*{common!r}, *extra])
+    docs.append(json.loads(buf.getvalue()))
+heavy = sorted({{m.split(".")[0] for m in sys.modules}} & {{"ray", "mlflow", "optuna"}})
+print(json.dumps({{"docs": docs, "heavy": heavy}}))
+"""
+
+
+@pytest.mark.slow  # three runs in a fresh interpreter plus --summary: ~24 s on a loaded machine
+def test_a_tiny_run_stops_resumes_ends_and_summarises(data_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    common = [
+        "--methods",
+        "local",
+        "--settings",
+        "hetero",
+        "--seeds",
+        "0",
+        "--rounds",
+        "2",
+        "--workers",
+        "1",
+        "--out",
+        str(out),
+        "--label",
+        "tiny",
+        "--set",
+        f"data_root={data_root}",
+        "--set",
+        "num_clients=4",
+        "--set",
+        "samples_per_client=50",
+        "--set",
+        "local_epochs=1",
+    ]
+    driver = _DRIVER.format(script=str(SCRIPT), common=common, first=["--until-round", "1"])
+    done = subprocess.run(
+        [sys.executable, "-c", driver], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["heavy"] == []  # flcore alone: no Ray, MLflow or Optuna imported
+
+    first, second, third = (d["runs"][0] for d in result["docs"])
+    assert first["run"] == "hetero-local-tiny-r2-s0"  # its round count in its name
+    assert (first["rounds"], first["rounds_done"], first["ended"]) == (2, 1, False)
+    assert (second["rounds_done"], second["ended"]) == (2, True)
+    assert second["comparable"] is False and second["paper"] == 74.98  # shown, not compared
+    assert 0 <= second["accuracy"] <= 100 and second["accuracy_worst_width"] <= 100
+    assert second["best_round"] in (1, 2) and second["ours_metric"] == "accuracy"
+    assert third == second  # an ended run is only read back (its seconds too)
+
+    run_dir = out / "hetero-local-tiny-r2-s0"
+    rounds = [json.loads(line)["round"] for line in (run_dir / "metrics.jsonl").open()]
+    assert rounds == [1, 2]  # round 1 ran once; the resumed run went on with round 2
+    assert json.loads((run_dir / "summary.json").read_text())["rounds_completed"] == 2
+
+    table = subprocess.run(
+        [sys.executable, str(SCRIPT), "--summary", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    row = next(line for line in table.splitlines() if line.startswith("| local (tiny)"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:4] == ["hetero", "2 (ran 2)", "1"]
+    assert cells[4] == f"{second['accuracy']:.2f} (accuracy)"
+    assert cells[5] == "74.98" and cells[6] == "n/a (not the paper's setting)"
