@@ -263,6 +263,9 @@ class ExperimentConfig(_Strict):
     num_clients: int = Field(20, ge=1)
     samples_per_client: int | None = Field(600, ge=1)
     test_samples_per_client: int | None = Field(None, ge=1)
+    global_test_per_class: int | None = Field(
+        None, ge=1, description="cap on the global test set's records per class; None: all"
+    )
     rounds: int = Field(200, ge=1)
     local_epochs: int = Field(5, ge=1)
     batch_size: int = Field(50, ge=1)

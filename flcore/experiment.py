@@ -103,6 +103,7 @@ def build_data(cfg: ExperimentConfig) -> FederatedData:
             if cfg.client_split is not None
             else None
         ),
+        global_test_per_class=cfg.global_test_per_class,
     )
 
 

@@ -5,6 +5,12 @@ As in the HyperFL authors' code, every client starts from the same initial model
 epochs on the rounds it is sampled in, and keeps its weights between rounds. Nothing is uploaded
 or downloaded, so its bytes are 0, there is no global model, and nothing leaves the client for an
 attack to see (its DP epsilon is 0).
+
+Under a capacity setting it is capacity-aware (Pa3dFL Sec. 6.1 lists LocalOnly among the
+"capacity-aware + personalization" methods): client i trains its own width p_i, starting from the
+seeded network built at that width (the same seed words as the full model, so every client of one
+width starts alike). Without a capacity setting every client starts from the seeded full model,
+exactly as before.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import torch
 from flcore.algorithms.base import (
     ALGORITHMS,
     Algorithm,
+    ClientData,
     ClientResult,
     ClientTask,
     seeded,
@@ -34,15 +41,47 @@ class LocalOnly(FedAvg):
     uploads = False
     reports = FedAvg.reports - {"global_accuracy"}
     privacy_mechanisms = frozenset()  # nothing leaves the client: there is nothing to protect
+    capacity_aware = True
 
-    def init_server(self) -> None:
-        model = seeded((self.seed, 0x1417), self.model_spec)
+    def _initial(self, width: float | None) -> dict[str, torch.Tensor]:
+        """The seeded initial weights at ``width`` (None: the model spec as given)."""
+        build = self.model_spec if width is None else lambda: self.model_spec(width=width)
+        model = seeded((self.seed, 0x1417), build)
         keys = self.trainable_keys(model)  # the client keeps only what trains
         state = model.state_dict()
-        self._init = {k: state[k].clone() for k in (state if keys is None else keys)}
+        return {k: state[k].clone() for k in (state if keys is None else keys)}
+
+    def init_server(self) -> None:
+        if self.capacity is None:
+            self._init = {None: self._initial(None)}
+        else:
+            self._init = {w: self._initial(w) for w in self.capacity.levels}
 
     def init_client_state(self, client_id: int) -> dict[str, torch.Tensor]:
-        return {k: v.clone() for k, v in self._init.items()}
+        width = None if self.capacity is None else self.client_width(client_id)
+        return {k: v.clone() for k, v in self._init[width].items()}
+
+    def client_model(self) -> torch.nn.Module:
+        """The worker's reusable network at the width of the client being served."""
+        width = getattr(self, "_width", None)
+        if width is None:
+            return super().client_model()
+        models = self.__dict__.setdefault("_width_models", {})
+        if width not in models:
+            model = seeded((self.seed, 0x1417), lambda: self.model_spec(width=width))
+            keys = self.trainable_keys(model)
+            if keys is not None:  # as FedAvg's client model: only what trains has gradients
+                wanted = set(keys)
+                for k, p in model.named_parameters():
+                    p.requires_grad_(k in wanted)
+            models[width] = model.to(self.device)
+        return models[width]
+
+    def local_update(
+        self, data: ClientData, task: ClientTask, generator: torch.Generator
+    ) -> ClientResult:
+        self._width = None if self.capacity is None else self.client_width(task.client_id)
+        return super().local_update(data, task, generator)
 
     def broadcast(self, round: int, client_id: int) -> dict[str, torch.Tensor]:
         return {}

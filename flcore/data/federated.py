@@ -134,12 +134,13 @@ def build_federated_data(
     partition_params: Mapping[str, Any],
     seed: int,
     client_split: tuple[float, float, float] | None = None,
+    global_test_per_class: int | None = None,
 ) -> FederatedData:
     """Partition ``splits`` among ``num_clients`` clients.
 
     ``None`` sizes take the dataset's defaults (:class:`DatasetInfo`). ``client_split`` (train,
     val, test fractions) cuts each client's records into its own three sets; the test-size
-    argument is then unused. The ``dominant``
+    argument is then unused. ``global_test_per_class`` caps the global test set. The ``dominant``
     partitioner receives ``groups=info.class_groups`` unless ``partition_params`` sets them.
 
     Raises:
@@ -163,7 +164,12 @@ def build_federated_data(
     )
     if client_split is not None:
         tr, va, te = _split_clients(train, client_split, derive_seed(seed, 4))
-        global_test = uniform_test_indices(test_labels, info.num_classes, seed=derive_seed(seed, 2))
+        global_test = uniform_test_indices(
+            test_labels,
+            info.num_classes,
+            seed=derive_seed(seed, 2),
+            per_class=global_test_per_class,
+        )
         global_test.setflags(write=False)
         return FederatedData(splits, tr, te, global_test, partition, val=va, test_source="train")
     test = client_test_indices(
@@ -172,6 +178,8 @@ def build_federated_data(
         _size("test_samples_per_client", test_samples_per_client, info.test_samples_per_client),
         seed=derive_seed(seed, 1),
     )
-    global_test = uniform_test_indices(test_labels, info.num_classes, seed=derive_seed(seed, 2))
+    global_test = uniform_test_indices(
+        test_labels, info.num_classes, seed=derive_seed(seed, 2), per_class=global_test_per_class
+    )
     global_test.setflags(write=False)
     return FederatedData(splits, train, test, global_test, partition)

@@ -410,16 +410,22 @@ def client_test_indices(
     return Partition(tuple(pool.draw(largest_remainder(row, n)) for row in counts))
 
 
-def uniform_test_indices(test_labels: np.ndarray, num_classes: int, seed: int) -> np.ndarray:
-    """A class-balanced global test set: ``min_c count_c`` samples of every class, sorted.
+def uniform_test_indices(
+    test_labels: np.ndarray, num_classes: int, seed: int, per_class: int | None = None
+) -> np.ndarray:
+    """A class-balanced global test set: ``min_c count_c`` samples of every class (at most
+    ``per_class``), sorted.
 
-    On an already balanced split (Fashion-MNIST, CIFAR) this is the whole split.
+    On an already balanced split (Fashion-MNIST, CIFAR) and without ``per_class`` this is the
+    whole split.
     """
     labels, _, _, k = _common(test_labels, 1, None, num_classes, seed)
     counts = np.bincount(labels, minlength=k)
     m = int(counts.min())
     if m == 0:
         raise ValueError(f"class {int(counts.argmin())} has no test samples")
+    if per_class is not None:
+        m = min(m, per_class)
     rng = np.random.default_rng(seed)
     chosen = [
         idx if idx.size == m else rng.choice(idx, size=m, replace=False)

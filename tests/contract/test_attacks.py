@@ -33,9 +33,18 @@ def small(data_root: Path):  # type: ignore[no-untyped-def]
     return raw, build_data(validate_config(raw))
 
 
+#: a capacity-aware algorithm is attacked on clients of widths 1 and 1/2
+CAPACITY = {
+    "model": "pa3dfl_cnn_fmnist",
+    "capacity": {"name": "fixed", "ratios": [1.0, 0.25]},
+}
+
+
 def _cfg(raw: dict, algorithm: str):  # type: ignore[no-untyped-def]
-    needs = ALGORITHMS.get(algorithm).requires_privacy
+    cls = ALGORITHMS.get(algorithm)
+    needs = cls.requires_privacy
     extra = {"privacy": PRIVACY[needs]} if needs else {}
+    extra |= CAPACITY if cls.capacity_aware else {}
     return validate_config(raw | {"algorithm": algorithm} | extra | MODEL.get(algorithm, {}))
 
 

@@ -3,3 +3,7 @@ share: width slicing of a full model, decomposed layers. Each algorithm is one f
 registered in ``ALGORITHMS`` when this package is imported."""
 
 from __future__ import annotations
+
+from flcore.algorithms.widths import flanc as _flanc  # noqa: F401  (registers)
+from flcore.algorithms.widths import pfedgate as _pfedgate  # noqa: F401  (registers)
+from flcore.algorithms.widths import tailorfl as _tailorfl  # noqa: F401  (registers)
