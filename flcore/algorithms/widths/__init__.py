@@ -5,5 +5,6 @@ registered in ``ALGORITHMS`` when this package is imported."""
 from __future__ import annotations
 
 from flcore.algorithms.widths import flanc as _flanc  # noqa: F401  (registers)
+from flcore.algorithms.widths import pa3dfl as _pa3dfl  # noqa: F401  (registers)
 from flcore.algorithms.widths import pfedgate as _pfedgate  # noqa: F401  (registers)
 from flcore.algorithms.widths import tailorfl as _tailorfl  # noqa: F401  (registers)

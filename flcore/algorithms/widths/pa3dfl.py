@@ -1,0 +1,580 @@
+"""Pa3dFL: Wang, Wang, Peng, Wang & Wang, "Selective Knowledge Sharing for Personalized Federated
+Learning Under Capacity Heterogeneity", arXiv 2405.20589, 2024 (the paper file names no venue).
+The name stands for "pruning and aggregation after decomposition".
+
+Each layer but the head is decomposed as theta = Reshape(U V) (Eqs. 4-5, flcore.algorithms.widths
+.decomposed: ranks, channel order ``c = j R1 + i``, pruning). Client i trains width p_i:
+
+- general parameters U (every layer's, the same shape at every width) are averaged over the round's
+  clients with equal weights, ``U <- (1/|S_t|) sum_i U_i`` (Eq. 6);
+- personal parameters (each layer's V and bias, and the local head) are generated on the server by
+  a hypernetwork from learnable client embeddings ``E = [e_1..e_N]``: ``E' = Encoder(E)`` (an MLP),
+  ``s_i = E' e'_i``, per layer ``e_i^(l) = E'^T softmax(s_i / tau_l)`` with a learnable
+  temperature ``tau_l`` (Eq. 9), one decoder per layer (and one more for the local head) maps
+  ``e_i^(l)`` to that layer's V, pruned to the client's width (Eq. 10);
+- the server sends U and the client's pruned personal tensors; the client trains them all
+  (Algorithm 3) and returns them; the server minimises
+  ``L_HN = (1/|S_t|) sum_i 1/2 ||theta_v,i^(t+1) - theta_v,i^(t)||^2`` with the returned
+  ``theta_v,i^(t+1)`` held constant, by one plain SGD step of ``hn_lr`` on the hypernetwork and on
+  every embedding (Eqs. 7-8, Algorithm 2 lines 14-16). As in pFedHN, the gradient is the
+  vector-Jacobian product of each client's generated tensors with (generated - returned),
+  accumulated as results arrive and divided by the number of clients at the end of the round;
+- client loss (Algorithm 3): ``CE(global_head(x'), y) + CE(local_head(detach(x')), y) +
+  lambda sum_conv ||S - diag(S)||^2`` with ``S = U^T U`` (Eq. 32), x' the recovered width-p
+  network's representation. Algorithm 3 line 11 multiplies Eq. 32, which already holds lambda, by
+  lambda again; lambda is applied once here. The global head is fixed at its seeded initial value
+  and never trained, following the paper's [22], FedBABU (Oh, Kim & Yun, ICLR 2022), whose head is
+  randomly initialised and frozen; at width p a head reads the first ``p T`` features;
+- model selection (Algorithm 1) on the client's validation records: M0 = the received model with
+  the global head, M1 = the trained model with the local head, both recovered to plain width-p
+  networks (Appendix C.2: "recover ... first and then fuse"); ``g(alpha) = val_acc(M0 + alpha (M1 -
+  M0))`` over ``n_alpha`` evenly spaced alphas in [0, 1], the best kept (ties: the largest alpha,
+  the one closest to the trained model). The paper prints ``M0 + alpha (M0 - M1)``, which for
+  alpha in [0, 1] moves away from the trained model and never reaches it, contradicting its text
+  ("fuse the received model ... and the locally trained one"); we read it as a sign slip.
+  ``accuracy`` is the selected model on the client's test records, ``accuracy_before`` is M0's.
+  Without validation records alpha is 1 (the trained model with its local head). The selection
+  only scores (it changes nothing that trains) and runs only on evaluation rounds.
+
+Choices where the paper is silent, and deviations:
+
+- p_min is ``capacity.p_min`` (1/16 without a capacity, where every client has width 1).
+- Biases are personal: the layer's decoder generates them with V, pruned with their channels.
+- The hypernetwork: embeddings ``N x embed_dim`` drawn N(0, 1); the encoder is ``encoder_depth``
+  linear layers ``embed_dim -> hidden_dim -> ... -> hidden_dim`` with ReLU between them (none after
+  the last); ``tau_l = exp(log_tau_l)`` keeps the temperature positive, initialised to
+  ``sqrt(hidden_dim)`` (scaled dot-product attention's scale). A decoder whose MLP maps ``e^(l)``
+  to all of V at once is out of reach (fc1's V alone is 32 x 16 x 3136 = 1.6M values; a 64-unit
+  output layer onto it is 103M weights), so each decoder generates V one row at a time: row ``n =
+  (j, r)`` (``v_j``'s row r, S values) is ``base_n + g W_out relu(W_in e^(l) + c_n + b_in)``, a
+  one-hidden-layer MLP over ``[e^(l); onehot(n)]`` (``c_n`` a learned code per row) whose output
+  layer ``W_out`` (S x hidden) is shared by the rows, plus ``base``, one learned value per
+  generated value (the output bias a full MLP decoder would have: with it the server step moves
+  each generated value at least as a full decoder's would, ``hn_lr`` times the mean of the returned
+  deltas). ``g = 1 / sqrt(rows)`` is a fixed gain: ``W_out``'s Jacobian sums over the rows, and the
+  gain gives it the scale of one output weight per value. Rows are ordered by ``j`` so pruning is a
+  prefix, and only the kept rows and inputs are computed. The bias is a linear map of ``e^(l)``
+  (zero-initialised: biases start at 0). The local head is generated the same way, one row per
+  class. The authors' code (FLGo / easyFL by WwZzz) holds no Pa3dFL in the stored snapshots, so
+  these shapes are ours. For the FMNIST CNN at embed 64, hidden 64, depth 3 and 20 clients the
+  hypernetwork has 2.12M parameters (the model has 1.73M): fc1's decoder 1.88M, of which 1.61M is
+  its ``base``; U is 5.5K values.
+- Initial scale and step size (balanced): a step on U moves theta by ``lr G V^T V`` and a step
+  on V by ``lr U U^T G``. Each decoder's output (its per-value ``base`` and its shared part,
+  half the variance each) is rescaled so that V has std ``b = (t^2 / (J S))^(1/4)``, and U
+  (drawn N(0, 1)) so that the recovered weight has std ``t = 1 / sqrt(3 fan_in)`` (PyTorch's
+  default for conv/linear weights): U's and V's rows then have equal squared norms
+  ``sqrt(J S) t``, the smallest sum for that ``t``. That sum, ``2 sqrt(J / (3 k^2))``, is how
+  much farther a step on (U, V) moves theta than a step on theta: 0.92 for the k = 5 convs but
+  4.6 for the linear layers, where plain SGD at the paper's lr 0.1 diverged within a few epochs
+  (with the decoders' default scale it was ~10^4 and the first round diverged). So each layer's
+  U and V train at ``lr / (2 sqrt(J / (3 k^2)))`` (``step_scale``); biases and the local head
+  at lr. Scales are measured on client 0's initial V; the local head starts at std ``t`` too.
+- The hypernetwork's step is plain SGD (no momentum, no weight decay, no clipping), as Eq. 8.
+- ``hn_aggregation: false`` (Table 3's ablation "without HN aggregation of personal parts"): each
+  client keeps its personal tensors (V, biases, local head) as private state and trains them
+  locally; they start from the initial hypernetwork's output for that client (a public value) and
+  are never sent; only U travels and is averaged.
+- The attack surface: the server knows U and the personal tensors it sent and the architecture;
+  a record's gradient is that of the client's two-head loss through the recovered network
+  (``_DualHeadSurface``). The data-independent Eq. 32 term is left out of the simulation.
+- No global model: ``global_accuracy`` is not reported. No privacy mechanism.
+- Observed (one client, 1,000 FMNIST records, batch 50): at lr 0.05-0.1 the global-head loss
+  falls steadily (2.2 -> 0.8 in 3 epochs) while the local head's loss blows up after 2 epochs:
+  the frozen global head drives the features' norm up and the local head, trained by plain SGD
+  on those (detached) features, overshoots. Algorithm 1 then keeps alpha near 0; lr 0.01-0.02
+  trains both heads.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from flcore.algorithms.aggregate import WeightedMean
+from flcore.algorithms.base import (
+    ALGORITHMS,
+    Algorithm,
+    AlgorithmParams,
+    ClientData,
+    ClientResult,
+    ClientTask,
+    seeded,
+)
+from flcore.algorithms.widths.decomposed import (
+    DecomposedNet,
+    LayerPlan,
+    layer_plans,
+    orthogonality_penalty,
+    recover_weight,
+)
+from flcore.data import ArrayDataset, DatasetInfo
+
+__all__ = ["Pa3dFL", "Pa3dFLParams", "Pa3dFLHyperNetwork", "select_alpha", "interpolate"]
+
+TensorDict = dict[str, torch.Tensor]
+
+_HEAD_SEED = 0x6EAD  # the fixed global head (public: every party builds it from the seed)
+_HN_SEED = 0xA3D1
+_U_SEED = 0xA3D2
+
+
+class Pa3dFLParams(AlgorithmParams):
+    embed_dim: int = Field(64, ge=1, description="size of each client embedding e_i")
+    hidden_dim: int = Field(
+        64, ge=1, description="width of the encoder's and decoders' hidden layers (and of E')"
+    )
+    encoder_depth: int = Field(3, ge=1, le=8, description="linear layers in the HN encoder")
+    hn_lr: float = Field(0.1, gt=0, description="server SGD step on the HN and embeddings (Eq. 8)")
+    reg_lambda: float = Field(0.01, ge=0, description="lambda of the Eq. 32 orthogonality term")
+    n_alpha: int = Field(11, ge=2, description="grid points of Algorithm 1's linear search")
+    hn_aggregation: bool = Field(
+        True,
+        description="personal parts generated and aggregated by the HN; false: kept and "
+        "trained locally by each client (Table 3 ablation)",
+    )
+
+
+class _RowDecoder(nn.Module):
+    """One layer's decoder: ``e`` -> its personal weight, row by row, and its bias.
+
+    Row ``n`` is ``base_n + gain W_out relu(W_in e + c_n + b_in)``: ``base`` is the output
+    layer's own bias, one value per generated value (as in an MLP decoder with a full output
+    layer); ``W_out`` is shared by the rows, told apart by their learned codes ``c_n``.
+    """
+
+    def __init__(self, dim: int, hidden: int, rows: int, row_len: int, bias_len: int) -> None:
+        super().__init__()
+        self.inp = nn.Linear(dim, hidden)
+        self.row_code = nn.Parameter(torch.randn(rows, hidden))
+        self.out = nn.Linear(hidden, row_len, bias=False)
+        self.base = nn.Parameter(torch.randn(rows, row_len))
+        self.bias = nn.Linear(dim, bias_len)
+        nn.init.zeros_(self.bias.weight)
+        nn.init.zeros_(self.bias.bias)
+        # a fixed output gain: W_out is shared by every row, so its Jacobian sums over rows;
+        # 1 / sqrt(rows) gives it the scale of one output weight per generated value
+        self.register_buffer("gain", torch.tensor(rows**-0.5))
+
+    def mixed(self, e: torch.Tensor, rows: int, row_len: int) -> torch.Tensor:
+        """The client-dependent part of the first ``rows`` rows (first ``row_len`` values)."""
+        h = F.relu(self.inp(e) + self.row_code[:rows])
+        return self.gain * F.linear(h, self.out.weight[:row_len])
+
+    def forward(
+        self, e: torch.Tensor, rows: int, row_len: int, bias_len: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        weight = self.base[:rows, :row_len] + self.mixed(e, rows, row_len)
+        bias = F.linear(e, self.bias.weight[:bias_len], self.bias.bias[:bias_len])
+        return weight, bias
+
+    @torch.no_grad()
+    def rescale(self, e: torch.Tensor, std: float) -> None:
+        """Scale ``base`` and ``W_out`` so that each part has std ``std / sqrt(2)`` at ``e``."""
+        rows, row_len = self.base.shape
+        part = std / math.sqrt(2)
+        self.base.mul_(part / float(self.base.std()))
+        self.out.weight.mul_(part / float(self.mixed(e, rows, row_len).std()))
+
+
+class Pa3dFLHyperNetwork(nn.Module):
+    """The server's hypernetwork (Eq. 9): embeddings -> encoder -> per-layer attention
+    aggregation with temperature tau_l -> per-layer row decoders.
+
+    Args:
+        num_clients: rows of the embedding table.
+        plans: the full-width decomposed layers (their V and bias are generated).
+        head_in: the local head's inputs at full width; num_classes: its outputs.
+    """
+
+    def __init__(
+        self,
+        num_clients: int,
+        plans: list[LayerPlan],
+        head_in: int,
+        num_classes: int,
+        *,
+        embed_dim: int,
+        hidden_dim: int,
+        encoder_depth: int,
+    ) -> None:
+        super().__init__()
+        self.embeddings = nn.Parameter(torch.randn(num_clients, embed_dim))
+        layers: list[nn.Module] = []
+        d = embed_dim
+        for n in range(encoder_depth):
+            if n:
+                layers.append(nn.ReLU())
+            layers.append(nn.Linear(d, hidden_dim))
+            d = hidden_dim
+        self.encoder = nn.Sequential(*layers)
+        self.log_tau = nn.Parameter(torch.full((len(plans) + 1,), 0.5 * math.log(hidden_dim)))
+        self.decoders = nn.ModuleList(
+            _RowDecoder(hidden_dim, hidden_dim, p.J * p.R2, p.S, p.T) for p in plans
+        )
+        self.head_decoder = _RowDecoder(hidden_dim, hidden_dim, num_classes, head_in, num_classes)
+
+    def aggregated(self, client_id: int) -> torch.Tensor:
+        """``e_i^(l)`` of every layer (rows; the head's last): ``E'^T softmax(s_i / tau_l)``."""
+        enc = self.encoder(self.embeddings)  # E', [N, hidden]
+        sim = enc @ enc[client_id]  # s_i
+        weights = torch.softmax(sim[None, :] / self.log_tau.exp()[:, None], dim=1)
+        return weights @ enc
+
+    def forward(self, client_id: int, plans: list[LayerPlan], head_in: int) -> TensorDict:
+        """Client ``client_id``'s personal tensors, pruned to the widths of ``plans`` (Eq. 10)
+        and a local head reading ``head_in`` features."""
+        e = self.aggregated(client_id)
+        out: TensorDict = {}
+        for n, (p, dec) in enumerate(zip(plans, self.decoders, strict=True)):
+            rows, bias = dec(e[n], p.J_p * p.R2, p.S_p, p.T_p)
+            out[f"{p.key}.V"] = rows.reshape(p.J_p, p.R2, p.S_p)
+            out[f"{p.key}.bias"] = bias
+        classes = self.head_decoder.row_code.shape[0]
+        weight, bias = self.head_decoder(e[len(plans)], classes, head_in, classes)
+        out["local_head.weight"], out["local_head.bias"] = weight, bias
+        return out
+
+
+def _init_std(q: LayerPlan) -> float:
+    """PyTorch's default std of a conv/linear weight: ``1 / sqrt(3 fan_in)``."""
+    return 1.0 / math.sqrt(3 * q.S * q.k * q.k)
+
+
+def step_scale(q: LayerPlan) -> float:
+    """The lr multiplier of a layer's U and V: the inverse of how much farther a step on (U, V)
+    moves theta than a step on theta itself at the balanced start, ``||u row||^2 + ||v row||^2
+    = 2 sqrt(J S) t = 2 sqrt(J / (3 k^2))`` (0.92 for a k = 5 conv, 4.6 for a linear layer)."""
+    return 1.0 / (2.0 * math.sqrt(q.J / (3.0 * q.k * q.k)))
+
+
+def select_alpha(score: Callable[[float], float], n: int) -> tuple[float, float]:
+    """Algorithm 1's linear search: the alpha of ``n`` evenly spaced points in [0, 1] with the
+    highest ``score`` (ties: the largest alpha), and that score."""
+    best_alpha, best = 0.0, -math.inf
+    for k in range(n):
+        alpha = k / (n - 1)
+        s = score(alpha)
+        if s >= best:
+            best_alpha, best = alpha, s
+    return best_alpha, best
+
+
+def interpolate(m0: Mapping[str, torch.Tensor], m1: Mapping[str, torch.Tensor], alpha: float):  # type: ignore[no-untyped-def]
+    """``M0 + alpha (M1 - M0)``, tensor by tensor."""
+    return {k: m0[k] + alpha * (m1[k] - m0[k]) for k in m0}
+
+
+class _TwoHeadLoss(nn.Module):
+    """The client's data loss (Algorithm 3 lines 7-9), as a module for functional calls."""
+
+    def __init__(self, net: DecomposedNet) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return two_head_loss(self.net, x, y)
+
+
+def two_head_loss(net: DecomposedNet, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``CE(global_head(x'), y) + CE(local_head(detach(x')), y)``."""
+    f = net.features(x)
+    return F.cross_entropy(net.head(f), y) + F.cross_entropy(net.local_head(f.detach()), y)
+
+
+@functools.cache
+def _surface_class() -> type:
+    # flcore.attacks imports the algorithms: import it only when a surface is asked for
+    from torch.func import functional_call, grad
+
+    from flcore.attacks.surface import ModelSurface
+
+    class _DualHeadSurface(ModelSurface):
+        """ModelSurface whose simulated loss is the client's two-head loss."""
+
+        def __init__(self, net: DecomposedNet, *args: Any, **kwargs: Any) -> None:
+            super().__init__(net, *args, **kwargs)
+            self.objective = _TwoHeadLoss(net)
+
+        def gradient(self, unknowns: TensorDict, x: torch.Tensor, y: torch.Tensor) -> TensorDict:
+            def loss(shared: TensorDict) -> torch.Tensor:
+                params = self.fixed | dict(unknowns) | shared
+                named = {f"net.{k}": v for k, v in params.items()}
+                return functional_call(self.objective, named, (x, y))
+
+            return grad(loss)(self.start)
+
+    return _DualHeadSurface
+
+
+@ALGORITHMS.register("pa3dfl")
+class Pa3dFL(Algorithm):
+    """Decomposed layers: averaged general U, hypernetwork-generated personal V (see module)."""
+
+    name = "pa3dfl"
+    reports = Algorithm.reports - {"global_accuracy"}
+    Params = Pa3dFLParams
+    capacity_aware = True
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def p_min(self) -> float:
+        return self.capacity.p_min if self.capacity is not None else 1 / 16
+
+    def _plain(self, width: float) -> nn.Module:
+        """A fresh plain network at ``width`` (the spec's own model without a capacity)."""
+        return self.model_spec(**({"width": width} if self.capacity is not None else {}))
+
+    def _cache(self) -> dict[str, Any]:
+        if getattr(self, "_cached", None) is None:
+            self._cached: dict[str, Any] = {"plans": {}, "nets": {}, "plain": {}}
+        return self._cached
+
+    def plans(self, width: float) -> list[LayerPlan]:
+        """The decomposed layers at ``width`` (1: the full model)."""
+        cache = self._cache()["plans"]
+        if width not in cache:
+            full = self._plain(1.0)
+            narrow = full if width == 1.0 else self._plain(width)
+            cache[width] = layer_plans(full, narrow, self.p_min)
+        return cache[width]
+
+    def global_head(self, width: float) -> nn.Linear:
+        """The fixed global head (FedBABU's frozen random head), reading the first features."""
+        full = seeded((self.seed, _HEAD_SEED), lambda: self._plain(1.0)).head
+        n_in = self._plain(width).head.in_features
+        head = nn.Linear(n_in, full.out_features)
+        with torch.no_grad():
+            head.weight.copy_(full.weight[:, :n_in])
+            head.bias.copy_(full.bias)
+        return head.requires_grad_(False)
+
+    def build_net(self, width: float) -> DecomposedNet:
+        """A fresh client network at ``width`` (its U, V, biases and local head still zero)."""
+        return DecomposedNet(self._plain(width), self.plans(width), self.global_head(width)).to(
+            self.device
+        )
+
+    def _net(self, width: float) -> DecomposedNet:
+        nets = self._cache()["nets"]
+        if width not in nets:
+            nets[width] = self.build_net(width)
+        return nets[width]
+
+    def _plain_cached(self, width: float) -> nn.Module:
+        plain = self._cache()["plain"]
+        if width not in plain:
+            plain[width] = self._plain(width).to(self.device)
+        return plain[width]
+
+    def cost_model(self, client_id: int) -> nn.Module:
+        """The decomposed width-p network: its FLOPs include recovering theta from U V."""
+        return self.build_net(self.client_width(client_id))
+
+    def _head_in(self, width: float) -> int:
+        return self._plain_cached(width).head.in_features  # type: ignore[union-attr,return-value]
+
+    # ------------------------------------------------------------------ server
+    def init_server(self) -> None:
+        p = self.params
+        assert isinstance(p, Pa3dFLParams)
+        plans = self.plans(1.0)
+        model = self._plain(1.0)
+        self.hn = seeded(
+            (self.seed, _HN_SEED),
+            lambda: Pa3dFLHyperNetwork(
+                self.num_clients,
+                plans,
+                model.head.in_features,  # type: ignore[arg-type]
+                model.head.out_features,  # type: ignore[arg-type]
+                embed_dim=p.embed_dim,
+                hidden_dim=p.hidden_dim,
+                encoder_depth=p.encoder_depth,
+            ),
+        ).to(self.device)
+        u = seeded(
+            (self.seed, _U_SEED),
+            lambda: {f"{q.key}.U": torch.randn(q.R1, q.k * q.k, q.R2) for q in plans},
+        )
+        self.U: TensorDict = self._balanced_init(u, plans, model.head)
+        self._mean: WeightedMean | None = None
+        self._count = 0
+
+    def _balanced_init(self, u: TensorDict, plans: list[LayerPlan], head: nn.Linear) -> TensorDict:
+        """Scale the decoders and U so that the recovered weights start at PyTorch's default
+        std with U's and V's rows of equal norm (module docstring), and the local head's decoder
+        to PyTorch's default std too. Measured at client 0."""
+        with torch.no_grad():
+            e = self.hn.aggregated(0)
+            for n, (q, dec) in enumerate(zip(plans, self.hn.decoders, strict=True)):
+                dec.rescale(e[n], (_init_std(q) ** 2 / (q.J * q.S)) ** 0.25)  # J S b^2 = R2 a^2
+            self.hn.head_decoder.rescale(e[len(plans)], 1.0 / math.sqrt(3 * head.in_features))
+            v = self.hn(0, plans, head.in_features)
+            for q in plans:
+                key = f"{q.key}.U"
+                w = recover_weight(u[key], v[f"{q.key}.V"].cpu(), q.kind)
+                u[key] = (u[key] * (_init_std(q) / float(w.std()))).to(self.device)
+        return u
+
+    def _personal(self, client_id: int) -> TensorDict:
+        """The HN's personal tensors for ``client_id`` at its width (with the autograd graph)."""
+        w = self.client_width(client_id)
+        return self.hn(client_id, self.plans(w), self._head_in(w))
+
+    def init_client_state(self, client_id: int) -> Any:
+        if self.params.hn_aggregation:  # type: ignore[attr-defined]
+            return None
+        with torch.no_grad():
+            return {k: v.detach().cpu().clone() for k, v in self._personal(client_id).items()}
+
+    def broadcast(self, round: int, client_id: int) -> TensorDict:
+        out = {k: v.detach().clone() for k, v in self.U.items()}
+        if self.params.hn_aggregation:  # type: ignore[attr-defined]
+            with torch.no_grad():
+                out |= {k: v.detach().clone() for k, v in self._personal(client_id).items()}
+        return out
+
+    def begin_round(self, round: int, client_ids: list[int]) -> None:
+        self._mean = WeightedMean()
+        self._count = 0
+        self.hn.zero_grad(set_to_none=True)
+
+    def accumulate(self, result: ClientResult) -> None:
+        """U joins the round's plain mean; the personal tensors' (generated - returned) is
+        back-propagated through the HN (Eq. 7's gradient, summed until ``end_round``)."""
+        assert self._mean is not None, "begin_round was not called"
+        self._mean.add({k: result.upload[k] for k in self.U}, 1.0)
+        if self.params.hn_aggregation:  # type: ignore[attr-defined]
+            gen = self._personal(result.client_id)
+            names = list(gen)
+            torch.autograd.backward(
+                [gen[k] for k in names],
+                grad_tensors=[gen[k].detach() - result.upload[k].to(self.device) for k in names],
+            )
+        self._count += 1
+
+    def end_round(self, round: int) -> None:
+        if not self._count or self._mean is None:
+            raise ValueError("no client was aggregated this round")
+        self.U = {k: v.to(self.device) for k, v in self._mean.result().items()}
+        self._mean = None
+        lr = self.params.hn_lr  # type: ignore[attr-defined]
+        with torch.no_grad():
+            for p in self.hn.parameters():
+                if p.grad is not None:
+                    p.sub_(p.grad, alpha=lr / self._count)
+        self.hn.zero_grad(set_to_none=True)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "hn": {k: v.detach().clone() for k, v in self.hn.state_dict().items()},
+            "U": {k: v.detach().clone() for k, v in self.U.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.hn.load_state_dict(state["hn"])
+        self.U = {k: v.detach().clone().to(self.device) for k, v in state["U"].items()}
+
+    def attack_surface(self, broadcast: TensorDict, client_id: int) -> Any:
+        """The client's decomposed network at its width, started from the broadcast; with
+        ``hn_aggregation: false`` the personal tensors are unknowns at their public initial
+        values (the initial HN's output)."""
+        net = self.build_net(self.client_width(client_id)).eval()
+        unknowns = self.init_client_state(client_id) or {}
+        return _surface_class()(
+            net,
+            broadcast,
+            unknowns={k: v.to(self.device) for k, v in unknowns.items()},
+            label_key="local_head.bias",
+        )
+
+    # ------------------------------------------------------------------ client
+    def _objective(self, net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        assert isinstance(net, DecomposedNet)
+        loss = two_head_loss(net, x, y)
+        lam = self.params.reg_lambda  # type: ignore[attr-defined]
+        return loss + lam * orthogonality_penalty(net) if lam > 0 else loss
+
+    def _param_groups(self, net: DecomposedNet, round: int) -> list[dict[str, Any]]:
+        """U and V of each layer at ``lr x step_scale``; biases and the local head at lr."""
+        lr = self.training.lr_at(round)
+        factored: list[dict[str, Any]] = []
+        for q in net.plans:
+            layer = net.features[q.index]
+            factored.append({"params": [layer.U, layer.V], "lr": lr * step_scale(q)})  # type: ignore[list-item]
+        seen = {id(p) for g in factored for p in g["params"]}
+        rest = [p for p in net.parameters() if p.requires_grad and id(p) not in seen]
+        return [*factored, {"params": rest, "lr": lr}]
+
+    def _evaluate_state(self, width: float, state: TensorDict) -> nn.Module:
+        model = self._plain_cached(width)
+        model.load_state_dict(state)
+        return model
+
+    def local_update(
+        self, data: ClientData, task: ClientTask, generator: torch.Generator
+    ) -> ClientResult:
+        width = self.client_width(task.client_id)
+        net = self._net(width)
+        self._client_model = net
+        start = dict(task.payload) | dict(task.state or {})
+        keys = [*net.general_keys(), *net.personal_keys()]
+        missing = [k for k in keys if k not in start]
+        if missing:
+            raise KeyError(f"pa3dfl: the client has no {missing}")
+        net.load_state_dict({k: start[k].to(self.device) for k in keys}, strict=False)
+        metrics: dict[str, float] = {}
+        m0: TensorDict = {}
+        if task.evaluate:
+            with torch.no_grad():
+                m0 = {k: v.detach().clone() for k, v in net.recovered_state("global").items()}
+            metrics |= self.client_eval(task, self._evaluate_state(width, m0), data, before=True)
+        opt = self.local_optimizer(self._param_groups(net, task.round), round=task.round)
+        metrics["train_loss"] = self.run_epochs(net, data, opt, generator, loss_fn=self._objective)
+        if task.evaluate:
+            metrics |= self._select_and_evaluate(task, net, data, width, m0)
+        state = net.state_dict()
+        trained = {k: state[k].detach().to("cpu", copy=True) for k in keys}
+        if self.params.hn_aggregation:  # type: ignore[attr-defined]
+            return ClientResult(task.client_id, len(data.train), trained, None, metrics)
+        upload = {k: trained[k] for k in net.general_keys()}
+        personal = {k: trained[k] for k in net.personal_keys()}
+        return ClientResult(task.client_id, len(data.train), upload, personal, metrics)
+
+    def _select_and_evaluate(
+        self, task: ClientTask, net: DecomposedNet, data: ClientData, width: float, m0: TensorDict
+    ) -> dict[str, float]:
+        """Algorithm 1 on the validation records, then the selected model's test metrics."""
+        with torch.no_grad():
+            m1 = {k: v.detach().clone() for k, v in net.recovered_state("local").items()}
+        alpha = self.choose_alpha(width, m0, m1, data.val, data.info)
+        model = self._evaluate_state(width, interpolate(m0, m1, alpha))
+        return self.client_eval(task, model, data) | {"selected_alpha": alpha}
+
+    def choose_alpha(
+        self,
+        width: float,
+        m0: TensorDict,
+        m1: TensorDict,
+        val: ArrayDataset | None,
+        info: DatasetInfo,
+    ) -> float:
+        """Algorithm 1: the alpha in [0, 1] (``n_alpha`` points) whose plain width-p model
+        ``M0 + alpha (M1 - M0)`` is most accurate on ``val``; 1 without validation records."""
+        from flcore.algorithms.training import evaluate
+
+        if val is None or not len(val):
+            return 1.0
+
+        def score(a: float) -> float:
+            model = self._evaluate_state(width, interpolate(m0, m1, a))
+            return evaluate(model, val, info, device=self.device)[0]
+
+        return select_alpha(score, self.params.n_alpha)[0]  # type: ignore[attr-defined]
