@@ -14,6 +14,7 @@ from typing import Any
 from search_spaces import dp as _dp  # noqa: F401  (registers)
 from search_spaces import fedavg as _fedavg  # noqa: F401  (registers)
 from search_spaces import hyperfl as _hyperfl  # noqa: F401  (registers)
+from search_spaces import nested_width as _nested_width  # noqa: F401  (registers)
 from search_spaces import pa3dfl as _pa3dfl  # noqa: F401  (registers)
 from search_spaces import personal as _personal  # noqa: F401  (registers)
 from search_spaces import pruned as _pruned  # noqa: F401  (registers)

@@ -1,0 +1,280 @@
+"""Width slicing of a full model, shared by HeteroFL, FjORD and FedRolex.
+
+A width-p client trains a submodel cut out of the full server model: in every width-scaled layer
+of C channels it keeps p*C of them (the capacity rule makes p*C a whole number), and every tensor
+that reads a kept layer keeps the matching inputs. :attr:`ScalableModel.CHANNEL_AXES` says which
+axes of which state tensor are indexed by which layer's channels, and with what block size: the
+first fully-connected layer reads conv channel c as the inputs ``c*B .. c*B + B-1`` (B = 7x7 on
+Fashion-MNIST). The input image channels and the head's classes are never cut.
+
+- nested (HeteroFL, FjORD): each layer keeps its first p*C channels;
+- rolling (FedRolex): each layer keeps a window of p*C consecutive channels (mod C).
+
+Kept channels are always taken in ascending index order. For a wrapping window this is a
+consistent permutation of the window's own order (the same permutation in the layer and in every
+tensor that reads it), so the submodel computes the same function and SGD trains it the same way.
+At width 1 every slice is the identity, which also lets these algorithms run on models that do not
+scale (no ``CHANNEL_AXES``) when there is no capacity setting.
+
+:class:`CoverMean` is the covering aggregation (HeteroFL Sec. 3.1, FjORD Sec. 3, FedRolex Sec. 3):
+each entry of the full model becomes the weighted mean of the values the round's clients uploaded
+for it, over only the clients whose submodel holds it; an entry no client held keeps its value.
+It streams: one running sum and one running weight per entry, no list of uploads.
+
+:class:`SlicedWidthAlgorithm` is the server/client skeleton the three algorithms share; each
+overrides :meth:`~SlicedWidthAlgorithm.kept_channels` (which channels a client gets) and, where it
+trains differently, :meth:`~SlicedWidthAlgorithm.train_submodel`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from flcore.algorithms.base import (
+    Algorithm,
+    ClientData,
+    ClientResult,
+    ClientTask,
+    seeded,
+)
+from flcore.models import MODELS
+from flcore.models.scalable import scaled
+
+__all__ = [
+    "AxesMap",
+    "CoverMean",
+    "Kept",
+    "SlicedWidthAlgorithm",
+    "extract",
+    "nested_channels",
+    "rolling_channels",
+    "rolling_start",
+]
+
+#: state key -> ((axis, channel layer, block size), ...), as ScalableModel.CHANNEL_AXES
+AxesMap = Mapping[str, tuple[tuple[int, str, int], ...]]
+#: channel layer -> the indices of its kept channels (ascending)
+Kept = Mapping[str, torch.Tensor]
+
+_SEED_TAG = 0x5A1C  # the server's initial full model
+
+
+def nested_channels(full_channels: Mapping[str, int], width: float) -> dict[str, torch.Tensor]:
+    """The first ``width x C`` channels of every layer (ordered dropout / HeteroFL's slice)."""
+    return {layer: torch.arange(scaled(c, width)) for layer, c in full_channels.items()}
+
+
+def rolling_start(round: int, channels: int) -> int:
+    """FedRolex's window start in a layer of ``channels`` channels at ``round`` (1-based):
+    ``(round - 1) mod C``, the paper's ``j mod K`` with rounds counted from j = 0."""
+    return (round - 1) % channels
+
+
+def rolling_channels(
+    full_channels: Mapping[str, int], width: float, round: int
+) -> dict[str, torch.Tensor]:
+    """FedRolex's window: ``width x C`` consecutive channels from :func:`rolling_start`,
+    wrapping past C - 1 to 0; returned in ascending order (see the module doc)."""
+    out = {}
+    for layer, c in full_channels.items():
+        k = scaled(c, width)
+        out[layer] = torch.sort((rolling_start(round, c) + torch.arange(k)) % c).values
+    return out
+
+
+def _axis_index(kept: Kept, layer: str, block: int, device: torch.device) -> torch.Tensor:
+    idx = kept[layer].to(device)
+    if block > 1:  # channel c -> inputs c*block .. c*block + block - 1
+        idx = (idx[:, None] * block + torch.arange(block, device=device)).reshape(-1)
+    return idx
+
+
+def extract(
+    state: Mapping[str, torch.Tensor], axes: AxesMap, kept: Kept
+) -> dict[str, torch.Tensor]:
+    """The submodel's tensors: each tensor of ``state`` with every channel-indexed axis cut to
+    the kept channels. Differentiable (index_select), and always new tensors: never a view of
+    ``state``."""
+    out = {}
+    for key, value in state.items():
+        t = value
+        for axis, layer, block in axes.get(key, ()):
+            t = t.index_select(axis, _axis_index(kept, layer, block, t.device))
+        out[key] = t.clone() if t is value else t
+    return out
+
+
+class CoverMean:
+    """Streaming covering aggregation over the full model's entries (see the module doc).
+
+    Args:
+        reference: the full model's state (names, shapes, dtypes; and the values an entry no
+            client holds keeps).
+        axes: which axes of which tensor each channel layer indexes.
+    """
+
+    def __init__(self, reference: Mapping[str, torch.Tensor], axes: AxesMap) -> None:
+        self._axes = dict(axes)
+        self._reference = dict(reference)
+        self._sum = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in reference.items()}
+        self._weight = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in reference.items()}
+        self.count = 0
+
+    def _index(self, key: str, kept: Kept) -> tuple[Any, ...]:
+        """An index into the full tensor ``key`` selecting the submodel's entries (an outer
+        product over the cut axes, which are leading and adjacent in every CHANNEL_AXES)."""
+        cut = dict((axis, (layer, block)) for axis, layer, block in self._axes.get(key, ()))
+        if not cut:
+            return (Ellipsis,)
+        device = self._sum[key].device
+        last = max(cut)
+        index: list[Any] = []
+        for axis in range(last + 1):
+            if axis not in cut:
+                index.append(slice(None))
+                continue
+            layer, block = cut[axis]
+            shape = [1] * len(cut)
+            shape[sorted(cut).index(axis)] = -1
+            index.append(_axis_index(kept, layer, block, device).reshape(shape))
+        return tuple(index)
+
+    def add(self, upload: Mapping[str, torch.Tensor], kept: Kept, weight: float = 1.0) -> None:
+        """Fold in one client's submodel ``upload``, cut with ``kept``, at ``weight`` (> 0)."""
+        if weight <= 0:
+            raise ValueError(f"aggregation weight must be > 0, got {weight}")
+        if set(upload) != set(self._sum):
+            raise ValueError(
+                f"the upload does not match the model: {sorted(set(upload) ^ set(self._sum))}"
+            )
+        for key, value in upload.items():
+            index = self._index(key, kept)
+            target = self._sum[key][index]
+            if target.shape != value.shape:
+                raise ValueError(
+                    f"upload {key!r} has shape {tuple(value.shape)}, "
+                    f"its slice of the model {tuple(target.shape)}"
+                )
+            self._sum[key][index] += weight * value.detach().to(torch.float64)
+            self._weight[key][index] += weight
+        self.count += 1
+
+    def result(self) -> dict[str, torch.Tensor]:
+        """The covered entries' means; uncovered entries keep the reference value."""
+        out = {}
+        for key, ref in self._reference.items():
+            w = self._weight[key]
+            mean = self._sum[key] / w.clamp_min(1e-300)
+            out[key] = torch.where(w > 0, mean, ref.to(torch.float64)).to(ref.dtype)
+        return out
+
+
+class SlicedWidthAlgorithm(Algorithm):
+    """The shared skeleton: a full-width server model, a per-client submodel broadcast, the
+    trained submodel uploaded, covering aggregation.
+
+    Subclasses choose the channels (:meth:`kept_channels`), the aggregation weight
+    (:attr:`weighted`) and, if training differs from plain cross-entropy SGD,
+    :meth:`train_submodel`.
+    """
+
+    capacity_aware = True
+    #: aggregate by sample count (True) or plainly, one vote per covering client (False)
+    weighted: ClassVar[bool] = False
+
+    # ------------------------------------------------------------------ shared helpers
+    def build(self, width: float) -> nn.Module:
+        """A fresh network at ``width`` (a model that does not scale is built only at 1)."""
+        spec = self.model_spec
+        fn = spec if width == 1.0 else (lambda: spec(width=width))
+        return seeded((self.seed, _SEED_TAG), fn).to(self.device)
+
+    def full_channels(self) -> dict[str, int]:
+        """The full model's channel count per width-scaled layer (none: a model that does not
+        scale, width 1 only)."""
+        return dict(getattr(MODELS.get(self.model_spec.name), "FULL_CHANNELS", {}))
+
+    def axes(self) -> AxesMap:
+        """Which axes of which state tensor each channel layer indexes."""
+        return dict(getattr(MODELS.get(self.model_spec.name), "CHANNEL_AXES", {}))
+
+    def kept_channels(self, round: int, client_id: int) -> dict[str, torch.Tensor]:
+        """The channels of each layer client ``client_id`` holds in ``round``. Default: nested."""
+        return nested_channels(self.full_channels(), self.client_width(client_id))
+
+    # ------------------------------------------------------------------ server side
+    def init_server(self) -> None:
+        self.model = self.build(1.0)
+        self._mean: CoverMean | None = None
+        self._round = 0
+
+    def broadcast(self, round: int, client_id: int) -> dict[str, torch.Tensor]:
+        state = {k: v.detach() for k, v in self.model.state_dict().items()}
+        return extract(state, self.axes(), self.kept_channels(round, client_id))
+
+    def begin_round(self, round: int, client_ids: list[int]) -> None:
+        self._round = round
+        self._mean = CoverMean(self.model.state_dict(), self.axes())
+
+    def accumulate(self, result: ClientResult) -> None:
+        assert self._mean is not None, "begin_round was not called"
+        kept = self.kept_channels(self._round, result.client_id)
+        weight = float(result.num_samples) if self.weighted else 1.0
+        self._mean.add(result.upload, kept, weight)
+
+    def end_round(self, round: int) -> None:
+        assert self._mean is not None, "begin_round was not called"
+        if self._mean.count:
+            self.model.load_state_dict(self._mean.result())
+        self._mean = None
+
+    def global_model(self) -> nn.Module | None:
+        return self.model
+
+    def attack_surface(self, broadcast: dict[str, torch.Tensor], client_id: int) -> Any:
+        """The client's submodel at the broadcast weights: the upload is that network trained."""
+        from flcore.attacks.surface import ModelSurface
+
+        model = self.surface_model(client_id)
+        return ModelSurface(model, dict(broadcast), label_key="head.bias")
+
+    def surface_model(self, client_id: int) -> nn.Module:
+        """The network the attack surface differentiates (the client's width)."""
+        return self.build(self.client_width(client_id))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": {k: v.clone() for k, v in self.model.state_dict().items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+
+    # ------------------------------------------------------------------ client side
+    def client_model(self, width: float) -> nn.Module:
+        """The worker's reusable network of ``width``; its weights are overwritten per client."""
+        cache = self.__dict__.setdefault("_client_models", {})
+        if width not in cache:
+            cache[width] = self.build(width)
+        return cache[width]
+
+    def train_submodel(
+        self, model: nn.Module, data: ClientData, task: ClientTask, generator: torch.Generator
+    ) -> float:
+        """Local training of the received submodel; returns the mean training loss.
+        Default: E epochs of cross-entropy SGD."""
+        opt = self.local_optimizer(model.parameters(), round=task.round)
+        return self.run_epochs(model, data, opt, generator)
+
+    def local_update(
+        self, data: ClientData, task: ClientTask, generator: torch.Generator
+    ) -> ClientResult:
+        model = self.client_model(self.client_width(task.client_id))
+        model.load_state_dict(task.payload)
+        metrics = self.client_eval(task, model, data, before=True)
+        metrics["train_loss"] = self.train_submodel(model, data, task, generator)
+        metrics |= self.client_eval(task, model, data)
+        upload = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        return ClientResult(task.client_id, len(data.train), upload, None, metrics)
