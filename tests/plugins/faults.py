@@ -33,7 +33,7 @@ KILL_AFTER_TELLS = "FEDSWEEP_FAULT_KILL_AFTER_TELLS"
 class FedAvgRaises(FedAvg):
     name = "fedavg_raises"
 
-    def train_local(self, model, data, generator):  # type: ignore[no-untyped-def]
+    def train_local(self, model, data, generator, **kwargs):  # type: ignore[no-untyped-def]
         raise RuntimeError("injected failure: fedavg_raises always fails")
 
 
@@ -41,8 +41,8 @@ class FedAvgRaises(FedAvg):
 class FedAvgDiverges(FedAvg):
     name = "fedavg_diverges"
 
-    def train_local(self, model, data, generator):  # type: ignore[no-untyped-def]
-        super().train_local(model, data, generator)
+    def train_local(self, model, data, generator, **kwargs):  # type: ignore[no-untyped-def]
+        super().train_local(model, data, generator, **kwargs)
         return math.nan
 
 
@@ -55,8 +55,8 @@ class FedAvgSteady(FedAvg):
 class FedAvgLossy(FedAvg):
     name = "fedavg_lossy"
 
-    def train_local(self, model, data, generator):  # type: ignore[no-untyped-def]
-        return super().train_local(model, data, generator) + 1000.0
+    def train_local(self, model, data, generator, **kwargs):  # type: ignore[no-untyped-def]
+        return super().train_local(model, data, generator, **kwargs) + 1000.0
 
 
 @ALGORITHMS.register("fedavg_unmeasured")
