@@ -71,6 +71,13 @@ Choices where the paper is silent, and deviations:
   U and V train at ``lr / (2 sqrt(J / (3 k^2)))`` (``step_scale``); biases and the local head
   at lr. Scales are measured on client 0's initial V; the local head starts at std ``t`` too.
 - The hypernetwork's step is plain SGD (no momentum, no weight decay, no clipping), as Eq. 8.
+- ``max_grad_norm`` (default None: Algorithm 3 as printed) clips each local step's gradient
+  norm. Measured (session 17, BENCHMARKS.md): at Table 7's FMNIST Hetero setting (lr 0.1, hn_lr
+  1.0, lambda 0.001, [64, 64, 4]) the training loss rises from round 1 (the local head, trained
+  by plain SGD on detached features whose norm the frozen global head drives up) and turns NaN at
+  round 6, both with 100 clients and with 20; with ``max_grad_norm: 10`` the same 20-client run
+  trains through round 12 (0.80 validation accuracy). Whether the authors' code clips, or their
+  decoders keep the features smaller, is not known: their code is not available here.
 - ``hn_aggregation: false`` (Table 3's ablation "without HN aggregation of personal parts"): each
   client keeps its personal tensors (V, biases, local head) as private state and trains them
   locally; they start from the initial hypernetwork's output for that client (a public value) and
@@ -135,6 +142,12 @@ class Pa3dFLParams(AlgorithmParams):
     hn_lr: float = Field(0.1, gt=0, description="server SGD step on the HN and embeddings (Eq. 8)")
     reg_lambda: float = Field(0.01, ge=0, description="lambda of the Eq. 32 orthogonality term")
     n_alpha: int = Field(11, ge=2, description="grid points of Algorithm 1's linear search")
+    max_grad_norm: float | None = Field(
+        None,
+        gt=0,
+        description="clip each local step's gradient norm (None: no clipping, the paper's "
+        "Algorithm 3); a stabiliser, see the module docstring",
+    )
     hn_aggregation: bool = Field(
         True,
         description="personal parts generated and aggregated by the HN; false: kept and "
@@ -537,7 +550,14 @@ class Pa3dFL(Algorithm):
                 m0 = {k: v.detach().clone() for k, v in net.recovered_state("global").items()}
             metrics |= self.client_eval(task, self._evaluate_state(width, m0), data, before=True)
         opt = self.local_optimizer(self._param_groups(net, task.round), round=task.round)
-        metrics["train_loss"] = self.run_epochs(net, data, opt, generator, loss_fn=self._objective)
+        metrics["train_loss"] = self.run_epochs(
+            net,
+            data,
+            opt,
+            generator,
+            loss_fn=self._objective,
+            max_grad_norm=self.params.max_grad_norm,  # type: ignore[attr-defined]
+        )
         if task.evaluate:
             metrics |= self._select_and_evaluate(task, net, data, width, m0)
         state = net.state_dict()

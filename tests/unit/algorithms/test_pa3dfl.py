@@ -291,3 +291,46 @@ def test_without_hn_aggregation_the_personal_parts_stay_on_the_client(fmnist) ->
     assert set(result.state) == set(state)
     assert any(not torch.equal(result.state[k], state[k]) for k in state)  # trained locally
     assert result.state["features.7.V"].shape == (8, 32, 32 * 49)  # width 1/2 of fc1's V
+
+
+def test_max_grad_norm_clips_the_local_steps(data_root: Path) -> None:
+    """A tiny clipping norm leaves the client's tensors almost where they started; without it
+    they move: the knob reaches the local training loop."""
+    from flcore.algorithms.base import ClientData, ClientTask
+    from flcore.config import validate_config
+    from flcore.executor import client_generator
+    from flcore.experiment import build_engine
+
+    moved = {}
+    for clip in (None, 1e-8):
+        raw = {
+            "dataset": "fmnist",
+            "data_root": str(data_root),
+            "algorithm": "pa3dfl",
+            "model": "pa3dfl_cnn_fmnist",
+            "num_clients": 2,
+            "samples_per_client": 40,
+            "partition": {"name": "iid"},
+            "rounds": 1,
+            "local_epochs": 1,
+            "batch_size": 20,
+            "lr": 0.05,
+            "workers": 1,
+            "capacity": {"name": "fixed", "ratios": [1.0, 0.25]},
+            "optimizer": {"name": "sgd", "momentum": 0.0, "weight_decay": 0.0},
+            "algorithm_params": {"embed_dim": 8, "hidden_dim": 8, "encoder_depth": 2}
+            | ({"max_grad_norm": clip} if clip else {}),
+        }
+        engine = build_engine(validate_config(raw))
+        alg, fed = engine.algorithm, engine.data
+        alg.begin_round(1, [1])
+        task = ClientTask(1, 1, alg.broadcast(1, 1), engine.client_states[1], False, 0)
+        data = ClientData(1, fed.client_train(1), fed.client_test(1), fed.info)
+        result = alg.local_update(data, task, client_generator(0, 1, 1))
+        moved[clip] = max(
+            float((result.upload[k] - task.payload[k]).abs().max())
+            for k in result.upload
+            if k in task.payload
+        )
+    assert moved[None] > 1e-3
+    assert moved[1e-8] < 1e-6
