@@ -22,6 +22,7 @@ with each). A checkpoint holds every seed's whole engine state.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -142,6 +143,14 @@ class FLTrainable(tune.Trainable):
         grid = self._attack_grid()
         if grid is not None:
             report["attack_grid_png"] = grid  # once: the driver logs it as an artifact
+        if finished and self.engines[0].algorithm.capacity is not None:
+            # under a capacity setting: each client's width, parameters, FLOPs of one batch and
+            # peak memory of one step (the first seed's clients), as ``fedsweep run`` logs them
+            engine = self.engines[0]
+            report.update(engine.cost_metrics())
+            report["client_costs_json"] = json.dumps(
+                {str(k): v for k, v in engine.client_costs().items()}
+            )
         done = all(e.finished for e in self.engines)
         report["diverged"] = diverged  # the searcher tells it FAIL (reason "diverged")
         report["done"] = done or diverged

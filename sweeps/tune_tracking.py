@@ -67,6 +67,7 @@ _SKIP = {
     "diverged",
     "node_id",
     "attack_grid_png",
+    "client_costs_json",
     "privacy_tags",
     "dp_guarantee",
     "rounds_completed",
@@ -334,6 +335,8 @@ class MLflowDriverCallback(Callback):
         self.client.log_batch(run_id, metrics=metrics)
         if result.get("attack_grid_png"):
             self._log_grid(run_id, result["attack_grid_png"])
+        if result.get("client_costs_json"):
+            self._log_text(run_id, "client_costs.json", result["client_costs_json"])
         if trial.trial_id not in self._tagged:  # once per trial and driver
             self._tagged.add(trial.trial_id)
             privacy = result.get("privacy_tags") or {}
@@ -358,6 +361,15 @@ class MLflowDriverCallback(Callback):
             path = Path(tmp) / "reconstructions.png"
             path.write_bytes(base64.b64decode(png_base64))
             self.client.log_artifact(run_id, str(path), ATTACK_GRID_DIR)
+
+    def _log_text(self, run_id: str, name: str, text: str) -> None:
+        """A file a trial sent as text in its result, as the run's artifact ``name``."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / name
+            path.write_text(text)
+            self.client.log_artifact(run_id, str(path))
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         """A failed attempt that Ray will retry from the trial's last checkpoint."""

@@ -282,3 +282,29 @@ def test_export_writes_one_row_per_trial_and_rejects_unknown_experiments(
     assert {"params.lr", "params.local_epochs", "duration_s", "accuracy"} <= set(df.columns)
     bad = cli(["export", "--experiment", "nope", "--out", "x.parquet"], tmp_path)
     assert bad.returncode == 2 and "unknown MLflow experiment 'nope'" in bad.stderr
+
+
+def test_a_capacity_trial_logs_its_clients_costs(data_root: Path, tmp_path: Path) -> None:
+    """Under a capacity setting a trial's child run holds ``client_costs.json`` and the costs per
+    width, as ``fedsweep run`` does."""
+    spec = tiny_spec(data_root, algorithms=["local"], num_samples=1, max_concurrent_trials=1)
+    spec["base"] |= {
+        "model": "pa3dfl_cnn_fmnist",
+        "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.25, 0.0625]},
+        "rounds": 1,
+        "global_test_per_class": 20,
+    }
+    path = write_spec(tmp_path, spec)
+    out = cli(["sweep", str(path), "--json"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run,) = child_runs(tmp_path)
+    c = client(tmp_path)
+    local = Path(c.download_artifacts(run.info.run_id, "client_costs.json", str(tmp_path)))
+    costs = json.loads(local.read_text())
+    assert [costs[str(i)]["capacity_width"] for i in range(4)] == [1.0, 0.5, 0.5, 0.25]
+    # Local-only is capacity-aware: each client trains its own width
+    assert costs["0"]["params"] > costs["1"]["params"] > costs["3"]["params"]
+    metrics = run.data.metrics
+    assert metrics["params_width_1"] == costs["0"]["params"]
+    assert metrics["flops_width_0.25"] == costs["3"]["flops"]
+    assert metrics["accuracy_worst_width"] <= metrics["accuracy_width_1"]
