@@ -116,3 +116,33 @@ def test_three_rounds_on_fmnist_learn(data_root: Path, algorithm: str, extra: di
     rounds = run_rounds(build_engine(make_cfg(data_root, algorithm, **extra)), 3)
     assert rounds[0]["accuracy_before"] < 0.3
     assert rounds[-1]["accuracy"] > rounds[0]["accuracy_before"] + 0.2
+
+
+def test_ditto_with_dpsgd_is_tagged_and_spends_what_dp_fedavg_spends(data_root: Path) -> None:
+    """Ditto's upload is its DP-SGD-trained global model only (the personal model never leaves
+    or feeds it), so its record-level epsilon is DP-FedAvg's for the same sampling, and the run
+    carries the tags that say so."""
+    from flcore.config import validate_config
+
+    spent = {}
+    for algorithm in ("dp_fedavg", "ditto"):
+        raw = {
+            "algorithm": algorithm,
+            "data_root": str(data_root),
+            "num_clients": 3,
+            "samples_per_client": 60,
+            "rounds": 2,
+            "local_epochs": 1,
+            "batch_size": 20,
+            "workers": 1,
+            "seed": 1,
+            "privacy": {"mechanism": "dpsgd", "noise_multiplier": 1.0, "clip": 1.0},
+        }
+        engine = build_engine(validate_config(raw))
+        summary = engine.run()
+        assert engine.algorithm.privacy_tags() == {
+            "dp_guarantee": "isrl",
+            "dp_relation": "add-remove",
+        }
+        spent[algorithm] = summary["epsilon"]
+    assert 0 < spent["ditto"] == spent["dp_fedavg"] < float("inf")
