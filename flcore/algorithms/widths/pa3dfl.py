@@ -70,14 +70,27 @@ Choices where the paper is silent, and deviations:
   (with the decoders' default scale it was ~10^4 and the first round diverged). So each layer's
   U and V train at ``lr / (2 sqrt(J / (3 k^2)))`` (``step_scale``); biases and the local head
   at lr. Scales are measured on client 0's initial V; the local head starts at std ``t`` too.
-- The hypernetwork's step is plain SGD (no momentum, no weight decay, no clipping), as Eq. 8.
+- The hypernetwork's step (``hn_step: balanced``, the default) is Eq. 8's gradient step with one
+  step size per parameter group, measured once at the start, so that ``hn_lr`` means the same
+  for any decoder shape: a step of 1 moves the generated tensors by about the mean returned
+  delta, as FedAvg's server step would move a shared tensor. Plain SGD (``hn_step: plain``, one
+  step size ``hn_lr`` for every HN parameter, Eq. 8 as printed) moves them by ``J J^T`` times
+  the delta (J the Jacobian of the generated tensors in the HN's parameters), whose largest
+  eigenvalue is 13-18 at Table 7's FMNIST Hetero HN ([64, 64, 4]): at that table's ``hn_lr`` 1.0
+  every step overshoots thirteen-fold, and the runs turned NaN at round 6 (session 17). The
+  balanced step sizes are, per decoder: ``base`` 1 (its ``J J^T`` is the identity); the bias
+  map ``1 / lambda``; the row-mixing part (input layer, row codes, shared output layer) ``kappa
+  / lambda``; and for the embeddings, encoder and temperatures together ``kappa / lambda`` over
+  every generated tensor; ``lambda`` is the group's largest eigenvalue of ``J J^T`` (power
+  iteration, ``top_eigenvalue``, at client 0's full-width output) and ``kappa = 1/4``. The top
+  eigenvalue of the whole step is then at most ``1 + 2 kappa`` at the start (measured 1.21-1.25
+  at Table 7's Hetero HN), under the 2 above which a repeated step diverges. The authors' code is
+  not available, so how their decoders make Table 7's ``hn_lr`` 1.0 stable is not known; no
+  momentum, weight decay or clipping on the server.
 - ``max_grad_norm`` (default None: Algorithm 3 as printed) clips each local step's gradient
-  norm. Measured (session 17, BENCHMARKS.md): at Table 7's FMNIST Hetero setting (lr 0.1, hn_lr
-  1.0, lambda 0.001, [64, 64, 4]) the training loss rises from round 1 (the local head, trained
-  by plain SGD on detached features whose norm the frozen global head drives up) and turns NaN at
-  round 6, both with 100 clients and with 20; with ``max_grad_norm: 10`` the same 20-client run
-  trains through round 12 (0.80 validation accuracy). Whether the authors' code clips, or their
-  decoders keep the features smaller, is not known: their code is not available here.
+  norm. With the plain HN step, Table 7's FMNIST Hetero runs turned NaN at round 6 (100 and 20
+  clients); clipping at 10 only delayed it to round 10 with 100 clients (BENCHMARKS.md). The
+  cause was the server step (above), not the local steps; clipping stays as an option.
 - ``hn_aggregation: false`` (Table 3's ablation "without HN aggregation of personal parts"): each
   client keeps its personal tensors (V, biases, local head) as private state and trains them
   locally; they start from the initial hypernetwork's output for that client (a public value) and
@@ -86,11 +99,15 @@ Choices where the paper is silent, and deviations:
   a record's gradient is that of the client's two-head loss through the recovered network
   (``_DualHeadSurface``). The data-independent Eq. 32 term is left out of the simulation.
 - No global model: ``global_accuracy`` is not reported. No privacy mechanism.
-- Observed (one client, 1,000 FMNIST records, batch 50): at lr 0.05-0.1 the global-head loss
-  falls steadily (2.2 -> 0.8 in 3 epochs) while the local head's loss blows up after 2 epochs:
-  the frozen global head drives the features' norm up and the local head, trained by plain SGD
-  on those (detached) features, overshoots. Algorithm 1 then keeps alpha near 0; lr 0.01-0.02
-  trains both heads.
+- The local head's step (``head_step: normalized``, the default) is normalized by the features'
+  energy: its gradient is scaled so that its SGD step is ``min(lr, 1 / (1 + mean ||x'||^2))``
+  over the batch (``two_head_loss``); the loss value is unchanged. Measured on one full-width
+  client of Table 7's Hetero setting, first round (lr 0.1): the frozen global head drives the
+  features' mean norm from 0.66 to 23.5 in 5 epochs, and the local head, a linear softmax model
+  on those detached features whose curvature grows with ``||x'||^2``, diverges under the plain
+  step (``head_step: plain``, Algorithm 3 as printed): its CE goes 2.30, 2.22, 2.12, 2.45, 4.78
+  by epoch, against 2.30, 2.22, 1.99, 1.83, 1.60 with the normalized step. The attack surface
+  simulates the normalized step at the first round's lr.
 """
 
 from __future__ import annotations
@@ -98,8 +115,9 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import Field
@@ -131,6 +149,7 @@ TensorDict = dict[str, torch.Tensor]
 _HEAD_SEED = 0x6EAD  # the fixed global head (public: every party builds it from the seed)
 _HN_SEED = 0xA3D1
 _U_SEED = 0xA3D2
+_STEP_SEED = 0xA3D3  # the power iteration of the balanced HN step
 
 
 class Pa3dFLParams(AlgorithmParams):
@@ -147,6 +166,16 @@ class Pa3dFLParams(AlgorithmParams):
         gt=0,
         description="clip each local step's gradient norm (None: no clipping, the paper's "
         "Algorithm 3); a stabiliser, see the module docstring",
+    )
+    hn_step: Literal["balanced", "plain"] = Field(
+        "balanced",
+        description="the server's HN step: 'balanced' gives each parameter group a step size "
+        "measured at the start (module docstring); 'plain': one step size hn_lr for all",
+    )
+    head_step: Literal["normalized", "plain"] = Field(
+        "normalized",
+        description="the local head's SGD step: 'normalized' divides it by 1 + the batch's mean "
+        "squared feature norm (module docstring); 'plain': Algorithm 3 as printed",
     )
     hn_aggregation: bool = Field(
         True,
@@ -256,6 +285,96 @@ class Pa3dFLHyperNetwork(nn.Module):
         return out
 
 
+_KAPPA = 0.25  # the top curvature each step-scaled group may add to the per-value ``base``'s 1
+_POWER_ITERS = 20
+
+
+def top_eigenvalue(
+    fn: Callable[..., tuple[torch.Tensor, ...]],
+    primals: tuple[torch.Tensor, ...],
+    generator: torch.Generator,
+    iters: int = _POWER_ITERS,
+) -> float:
+    """The largest eigenvalue of ``J J^T`` (J the Jacobian of ``fn`` at ``primals``), by power
+    iteration on ``v -> J (J^T v)``: how far one unit gradient step on the primals moves
+    ``fn``'s outputs along the most-moved direction."""
+    from torch.func import jvp, vjp
+
+    out, vjp_fn = vjp(fn, *primals)
+    v = tuple(torch.randn(o.shape, generator=generator).to(o) for o in out)
+    lam = 0.0
+    for _ in range(iters):
+        norm = torch.sqrt(sum((x * x).sum() for x in v))  # type: ignore[arg-type]
+        if float(norm) == 0.0:
+            return 0.0
+        v = tuple(x / norm for x in v)
+        _, jv = jvp(fn, primals, vjp_fn(v))
+        lam = float(sum((a.detach() * b).sum() for a, b in zip(jv, v, strict=True)))
+        v = tuple(x.detach() for x in jv)
+    return lam
+
+
+def hn_step_sizes(
+    hn: Pa3dFLHyperNetwork,
+    plans: list[LayerPlan],
+    head_in: int,
+    generator: torch.Generator,
+    kappa: float = _KAPPA,
+) -> dict[str, float]:
+    """Per-parameter step multipliers of the balanced server step (module docstring), measured
+    at client 0's full-width output: each decoder's ``base`` 1; its bias map ``1 / lambda``;
+    its row-mixing part (input layer, row codes, shared output layer) ``kappa / lambda``; the
+    shared embeddings, encoder and temperatures ``kappa / lambda`` over every output."""
+    from torch.func import functional_call
+
+    sizes: dict[str, float] = {}
+    with torch.no_grad():
+        e = hn.aggregated(0).detach()
+    decoders = [*hn.decoders, hn.head_decoder]
+    names = [*(f"decoders.{n}" for n in range(len(plans))), "head_decoder"]
+    classes = hn.head_decoder.row_code.shape[0]
+    shapes = [(q.J * q.R2, q.S, q.T) for q in plans] + [(classes, head_in, classes)]
+    for n, (dec, prefix, (rows, row_len, bias_len)) in enumerate(
+        zip(decoders, names, shapes, strict=True)
+    ):
+        sizes[f"{prefix}.base"] = 1.0
+        params = dict(dec.named_parameters())
+        for group, which in (("bias", lambda k: k.startswith("bias.")), ("mixed", None)):
+            keys = [
+                k for k in params if (which(k) if which else not k.startswith(("bias.", "base")))
+            ]
+            sub = {k: params[k].detach() for k in keys}
+
+            def fn(
+                *ps: torch.Tensor,
+                keys: list[str] = keys,
+                dec: nn.Module = dec,
+                args: tuple[Any, ...] = (e[n], rows, row_len, bias_len),
+                out: int = 0 if group == "mixed" else 1,
+            ) -> tuple[torch.Tensor]:
+                return (functional_call(dec, dict(zip(keys, ps, strict=True)), args)[out],)
+
+            lam = top_eigenvalue(fn, tuple(sub.values()), generator)
+            share = kappa if group == "mixed" else 1.0
+            for k in keys:
+                sizes[f"{prefix}.{k}"] = share / lam if lam > 0 else 1.0
+    upstream = {
+        k: p.detach()
+        for k, p in hn.named_parameters()
+        if k == "embeddings" or k == "log_tau" or k.startswith("encoder.")
+    }
+    keys = list(upstream)
+
+    def full(*ps: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = functional_call(hn, dict(zip(keys, ps, strict=True)), (0, plans, head_in))
+        return tuple(out.values())
+
+    lam = top_eigenvalue(full, tuple(upstream.values()), generator)
+    for k in keys:
+        sizes[k] = kappa / lam if lam > 0 else 1.0
+    return sizes
+
+
 def _init_std(q: LayerPlan) -> float:
     """PyTorch's default std of a conv/linear weight: ``1 / sqrt(3 fan_in)``."""
     return 1.0 / math.sqrt(3 * q.S * q.k * q.k)
@@ -288,18 +407,30 @@ def interpolate(m0: Mapping[str, torch.Tensor], m1: Mapping[str, torch.Tensor], 
 class _TwoHeadLoss(nn.Module):
     """The client's data loss (Algorithm 3 lines 7-9), as a module for functional calls."""
 
-    def __init__(self, net: DecomposedNet) -> None:
+    def __init__(self, net: DecomposedNet, head_lr: float | None) -> None:
         super().__init__()
         self.net = net
+        self.head_lr = head_lr
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return two_head_loss(self.net, x, y)
+        return two_head_loss(self.net, x, y, head_lr=self.head_lr)
 
 
-def two_head_loss(net: DecomposedNet, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``CE(global_head(x'), y) + CE(local_head(detach(x')), y)``."""
+def two_head_loss(
+    net: DecomposedNet, x: torch.Tensor, y: torch.Tensor, *, head_lr: float | None = None
+) -> torch.Tensor:
+    """``CE(global_head(x'), y) + CE(local_head(detach(x')), y)``. With ``head_lr`` (the local
+    head's SGD step size) the gradient reaching the local head is scaled by ``min(1, 1 / (head_lr
+    (1 + mean ||x'||^2)))`` over the batch, the loss value unchanged: the head's effective step is
+    then ``min(head_lr, 1 / (1 + mean ||x'||^2))`` (the normalized step of the module docstring)."""
     f = net.features(x)
-    return F.cross_entropy(net.head(f), y) + F.cross_entropy(net.local_head(f.detach()), y)
+    fd = f.detach()
+    local = net.local_head(fd)
+    if head_lr is not None:
+        energy = 1.0 + fd.pow(2).sum(1).mean()
+        scale = torch.clamp(1.0 / (head_lr * energy), max=1.0)
+        local = scale * local + (1.0 - scale) * local.detach()
+    return F.cross_entropy(net.head(f), y) + F.cross_entropy(local, y)
 
 
 @functools.cache
@@ -312,9 +443,11 @@ def _surface_class() -> type:
     class _DualHeadSurface(ModelSurface):
         """ModelSurface whose simulated loss is the client's two-head loss."""
 
-        def __init__(self, net: DecomposedNet, *args: Any, **kwargs: Any) -> None:
+        def __init__(
+            self, net: DecomposedNet, *args: Any, head_lr: float | None, **kwargs: Any
+        ) -> None:
             super().__init__(net, *args, **kwargs)
-            self.objective = _TwoHeadLoss(net)
+            self.objective = _TwoHeadLoss(net, head_lr)
 
         def gradient(self, unknowns: TensorDict, x: torch.Tensor, y: torch.Tensor) -> TensorDict:
             def loss(shared: TensorDict) -> torch.Tensor:
@@ -417,6 +550,13 @@ class Pa3dFL(Algorithm):
             lambda: {f"{q.key}.U": torch.randn(q.R1, q.k * q.k, q.R2) for q in plans},
         )
         self.U: TensorDict = self._balanced_init(u, plans, model.head)
+        names = [k for k, _ in self.hn.named_parameters()]
+        if p.hn_step == "balanced":
+            words = np.random.SeedSequence([self.seed, _STEP_SEED]).generate_state(1)
+            gen = torch.Generator().manual_seed(int(words[0]))
+            self.hn_step_sizes = hn_step_sizes(self.hn, plans, model.head.in_features, gen)  # type: ignore[arg-type]
+        else:
+            self.hn_step_sizes = dict.fromkeys(names, 1.0)
         self._mean: WeightedMean | None = None
         self._count = 0
 
@@ -480,9 +620,9 @@ class Pa3dFL(Algorithm):
         self._mean = None
         lr = self.params.hn_lr  # type: ignore[attr-defined]
         with torch.no_grad():
-            for p in self.hn.parameters():
+            for name, p in self.hn.named_parameters():
                 if p.grad is not None:
-                    p.sub_(p.grad, alpha=lr / self._count)
+                    p.sub_(p.grad, alpha=lr * self.hn_step_sizes[name] / self._count)
         self.hn.zero_grad(set_to_none=True)
 
     def state_dict(self) -> dict[str, Any]:
@@ -506,14 +646,20 @@ class Pa3dFL(Algorithm):
             broadcast,
             unknowns={k: v.to(self.device) for k, v in unknowns.items()},
             label_key="local_head.bias",
+            head_lr=self._head_lr(None),
         )
 
     # ------------------------------------------------------------------ client
     def _objective(self, net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         assert isinstance(net, DecomposedNet)
-        loss = two_head_loss(net, x, y)
+        loss = two_head_loss(net, x, y, head_lr=getattr(self, "_round_head_lr", None))
         lam = self.params.reg_lambda  # type: ignore[attr-defined]
         return loss + lam * orthogonality_penalty(net) if lam > 0 else loss
+
+    def _head_lr(self, round: int | None) -> float | None:
+        """The local head's lr for the normalized step (None: the plain step)."""
+        normalized = self.params.head_step == "normalized"  # type: ignore[attr-defined]
+        return self.training.lr_at(round) if normalized else None
 
     def _param_groups(self, net: DecomposedNet, round: int) -> list[dict[str, Any]]:
         """U and V of each layer at ``lr x step_scale``; biases and the local head at lr."""
@@ -550,6 +696,7 @@ class Pa3dFL(Algorithm):
                 m0 = {k: v.detach().clone() for k, v in net.recovered_state("global").items()}
             metrics |= self.client_eval(task, self._evaluate_state(width, m0), data, before=True)
         opt = self.local_optimizer(self._param_groups(net, task.round), round=task.round)
+        self._round_head_lr = self._head_lr(task.round)
         metrics["train_loss"] = self.run_epochs(
             net,
             data,

@@ -20,7 +20,7 @@ from flcore.algorithms.widths.decomposed import (
     ranks,
     recover_weight,
 )
-from flcore.algorithms.widths.pa3dfl import Pa3dFL, interpolate, select_alpha
+from flcore.algorithms.widths.pa3dfl import Pa3dFL, interpolate, select_alpha, two_head_loss
 from flcore.callbacks import Callback
 from flcore.capacity import Capacity
 from flcore.config import validate_config
@@ -145,9 +145,10 @@ def test_pruning_keeps_exactly_the_first_channels(fmnist) -> None:  # type: igno
             )
 
 
-def test_the_server_step_follows_eqs_7_and_8() -> None:
+@pytest.mark.parametrize("hn_step", ["plain", "balanced"])
+def test_the_server_step_follows_eqs_7_and_8(hn_step: str) -> None:
     # Prepare: three clients of widths 1, 1/2, 1; two take part with returned tensors
-    alg = _alg((1.0, 0.25, 1.0), hn_lr=0.3)
+    alg = _alg((1.0, 0.25, 1.0), hn_lr=0.3, hn_step=hn_step)
     gen = torch.Generator().manual_seed(1)
     before = {k: v.detach().clone() for k, v in alg.hn.named_parameters()}
     returned, u_up = {}, {}
@@ -161,7 +162,13 @@ def test_the_server_step_follows_eqs_7_and_8() -> None:
         u_up[cid] = {
             k: v + torch.randn(v.shape, generator=gen) for k, v in sent.items() if k.endswith(".U")
         }
-    # the expected step: -hn_lr x autograd's gradient of L_HN (the returned tensors constant)
+    # the expected step: -hn_lr x autograd's gradient of L_HN (the returned tensors constant),
+    # times each parameter's step multiplier (all 1 for the plain step)
+    sizes = alg.hn_step_sizes
+    if hn_step == "plain":
+        assert set(sizes.values()) == {1.0}
+    else:
+        assert sizes["decoders.0.base"] == 1.0 and 0 < sizes["embeddings"] < 1
     loss = (
         sum(
             0.5 * sum((g - returned[cid][k]).pow(2).sum() for k, g in alg._personal(cid).items())
@@ -174,7 +181,8 @@ def test_the_server_step_follows_eqs_7_and_8() -> None:
         loss, [dict(alg.hn.named_parameters())[k] for k in names], allow_unused=True
     )
     expected = {
-        k: before[k] - 0.3 * (g if g is not None else 0) for k, g in zip(names, grads, strict=True)
+        k: before[k] - 0.3 * sizes[k] * (g if g is not None else 0)
+        for k, g in zip(names, grads, strict=True)
     }
     alg.hn.zero_grad(set_to_none=True)
     # Execute
@@ -190,6 +198,38 @@ def test_the_server_step_follows_eqs_7_and_8() -> None:
     # Eq. 6: U is the plain mean over the round's clients (not weighted by their 10 / 90 records)
     for k in u_up[0]:
         torch.testing.assert_close(alg.U[k], (u_up[0][k] + u_up[1][k]) / 2)
+
+
+def _distance_after_rounds(hn_step: str, rounds: int) -> tuple[float, float]:
+    """A client that returns the same target every round: ``||generated - target||`` before and
+    after ``rounds`` server steps at Table 7's Hetero HN (hn_lr 1.0, [64, 64, 4])."""
+    alg = _alg((1.0, 0.5), hn_lr=1.0, embed_dim=64, hidden_dim=64, encoder_depth=4, hn_step=hn_step)
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        start = {k: v.detach().clone() for k, v in alg._personal(0).items()}
+    target = {k: v + 0.1 * v.std() * torch.randn(v.shape, generator=gen) for k, v in start.items()}
+
+    def distance() -> float:
+        with torch.no_grad():
+            now = alg._personal(0)
+            return float(sum((now[k] - target[k]).pow(2).sum() for k in target) ** 0.5)
+
+    first = distance()
+    for r in range(rounds):
+        alg.begin_round(r + 1, [0])
+        alg.accumulate(ClientResult(0, 10, dict(alg.U) | target))
+        alg.end_round(r + 1)
+    return first, distance()
+
+
+def test_the_balanced_server_step_converges_where_the_plain_one_diverges() -> None:
+    # Table 7's FMNIST Hetero HN step, hn_lr 1.0: plain SGD on the HN moves the generated
+    # tensors ~13x the returned delta along its top direction and overshoots; the balanced step
+    # (per-group step sizes) moves them by about the delta and reaches the target
+    first, plain = _distance_after_rounds("plain", 3)
+    _, balanced = _distance_after_rounds("balanced", 3)
+    assert not plain < 10 * first  # farther than it started (or NaN)
+    assert balanced < 0.05 * first
 
 
 class _Rec(Callback):
@@ -334,3 +374,34 @@ def test_max_grad_norm_clips_the_local_steps(data_root: Path) -> None:
         )
     assert moved[None] > 1e-3
     assert moved[1e-8] < 1e-6
+
+
+def test_the_normalized_head_step_scales_only_the_local_heads_gradient(fmnist) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: a full-width client network from the HN, features blown up by a scaled input
+    alg = _alg((1.0,))
+    net = alg.build_net(1.0)
+    net.load_state_dict(alg.broadcast(1, 0), strict=False)
+    x = 30 * normalize(fmnist.train.images[:50], fmnist.info)
+    y = fmnist.train.labels[:50]
+
+    def grads(head_lr: float | None) -> tuple[float, dict[str, torch.Tensor]]:
+        net.zero_grad()
+        loss = two_head_loss(net, x, y, head_lr=head_lr)
+        loss.backward()
+        return float(loss), {
+            k: p.grad.clone() for k, p in net.named_parameters() if p.requires_grad
+        }
+
+    # Execute
+    plain_loss, plain = grads(None)
+    lr = 0.1
+    normalized_loss, normalized = grads(lr)
+    # Assert: same loss; the local head's gradient times min(1, 1 / (lr (1 + mean ||x'||^2)));
+    # every other gradient untouched
+    energy = 1 + float(net.features(x).detach().pow(2).sum(1).mean())
+    scale = min(1.0, 1 / (lr * energy))
+    assert scale < 0.5
+    assert normalized_loss == pytest.approx(plain_loss)
+    for k in plain:
+        want = plain[k] * scale if k.startswith("local_head.") else plain[k]
+        torch.testing.assert_close(normalized[k], want, rtol=1e-4, atol=1e-7)
