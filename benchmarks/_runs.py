@@ -7,13 +7,82 @@ HyperFL run lost its round-145 checkpoint that way). ``$FEDSWEEP_RUNS`` override
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
+from typing import Any
 
-__all__ = ["runs_dir"]
+__all__ = ["resume_run", "runs_dir", "truncate_log"]
 
 
 def runs_dir(*parts: str) -> Path:
     """``$FEDSWEEP_RUNS`` (default ``~/.cache/fedsweep-runs``) joined with ``parts``."""
     root = os.environ.get("FEDSWEEP_RUNS") or "~/.cache/fedsweep-runs"
     return Path(root).expanduser().joinpath(*parts)
+
+
+def resume_run(
+    cfg: Any,
+    run_dir: Path,
+    *,
+    checkpoint_every: int,
+    deadline: float,
+    until_round: int | None = None,
+) -> tuple[Any, dict[str, Any], float]:
+    """Run (or resume, or only read) the engine of ``cfg`` in ``run_dir``, resumably.
+
+    ``checkpoint.pt`` holds the engine's whole state, written every ``checkpoint_every`` rounds
+    and when the run ends (its last round, its early stop or ``until_round``); ``metrics.jsonl``
+    one row per round (rows past the checkpoint are dropped on resume: the rounds replay);
+    ``spent.json`` the wall seconds spent over every invocation; ``summary.json`` the engine's
+    summary. A run stops cleanly at the first checkpoint after ``deadline`` (a ``time.time()``).
+    Returns the engine, its summary and the seconds spent.
+    """
+    from flcore.experiment import build_data, build_engine
+    from sweeps.cli import jsonable
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt, log = run_dir / "checkpoint.pt", run_dir / "metrics.jsonl"
+    spent_file = run_dir / "spent.json"
+    engine = build_engine(cfg, data=build_data(cfg))
+    spent = 0.0
+    if ckpt.is_file():
+        engine.load_checkpoint(ckpt)
+        spent = float(json.loads(spent_file.read_text())["seconds"])
+        truncate_log(log, engine.round)
+    elif log.is_file():
+        log.unlink()  # rounds logged before a first checkpoint that never came
+    start = time.perf_counter()
+    until = min(engine.rounds, until_round or engine.rounds)
+    if not engine.finished and engine.round < until and time.time() < deadline:
+        rounds = engine.iter_rounds()
+        for result in rounds:
+            with log.open("a") as f:
+                row = {"round": result.round, **result.metrics}
+                f.write(json.dumps({k: jsonable(v) for k, v in row.items()}) + "\n")
+            stop = engine.finished or result.round == until_round
+            if result.round % checkpoint_every == 0 or stop:
+                engine.save_checkpoint(ckpt)
+                total = spent + time.perf_counter() - start
+                spent_file.write_text(json.dumps({"seconds": total}))
+                if stop or time.time() > deadline:
+                    break
+        rounds.close()
+    if spent_file.is_file():  # every way out of the loop above passes a checkpoint first
+        spent = float(json.loads(spent_file.read_text())["seconds"])
+    summary = engine.summary()
+    (run_dir / "summary.json").write_text(
+        json.dumps({k: jsonable(v) for k, v in summary.items()}, indent=1)
+    )
+    return engine, summary, spent
+
+
+def truncate_log(log: Path, rounds_done: int) -> None:
+    """Drop the rows of rounds after the checkpoint: a stopped run replays them on resume."""
+    if not log.is_file():
+        return
+    rows = [line for line in log.read_text().splitlines() if line.strip()]
+    keep = [line for line in rows if json.loads(line)["round"] <= rounds_done]
+    if len(keep) != len(rows):
+        log.write_text("".join(line + "\n" for line in keep))

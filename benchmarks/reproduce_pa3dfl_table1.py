@@ -50,11 +50,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine  # noqa: E402
-from _runs import runs_dir  # noqa: E402
-from reproduce_table1 import _truncate_log  # noqa: E402
+from _runs import resume_run, runs_dir  # noqa: E402
 
 from analysis.paper import PA3DFL_FMNIST  # noqa: E402
-from sweeps.cli import jsonable  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "sweeps" / "configs" / "pa3dfl"
@@ -97,7 +95,6 @@ def run_one(
 ) -> dict[str, Any]:
     """Run (or resume, or only read) one run; returns its JSON record."""
     from flcore.config import load_config
-    from flcore.experiment import build_data, build_engine
 
     over = [f"seed={seed}", f"workers={args.workers}"]
     if args.rounds is not None:
@@ -105,38 +102,12 @@ def run_one(
     cfg = load_config(config_path(setting, method), [*over, *args.set])
     label = f"-{args.label}" if args.label else ""
     run_dir = Path(args.out) / f"{setting}-{method}{label}-r{cfg.rounds}-s{seed}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    ckpt, log = run_dir / "checkpoint.pt", run_dir / "metrics.jsonl"
-    spent_file = run_dir / "spent.json"
-    engine = build_engine(cfg, data=build_data(cfg))
-    spent = 0.0
-    if ckpt.is_file():
-        engine.load_checkpoint(ckpt)
-        spent = float(json.loads(spent_file.read_text())["seconds"])
-        _truncate_log(log, engine.round)
-    elif log.is_file():
-        log.unlink()  # rounds logged before a first checkpoint that never came
-    start = time.perf_counter()
-    until = min(engine.rounds, args.until_round or engine.rounds)
-    if not engine.finished and engine.round < until and time.time() < deadline:
-        rounds = engine.iter_rounds()
-        for result in rounds:
-            with log.open("a") as f:
-                row = {"round": result.round, **result.metrics}
-                f.write(json.dumps({k: jsonable(v) for k, v in row.items()}) + "\n")
-            stop = engine.finished or result.round == args.until_round
-            if result.round % args.checkpoint_every == 0 or stop:
-                engine.save_checkpoint(ckpt)
-                total = spent + time.perf_counter() - start
-                spent_file.write_text(json.dumps({"seconds": total}))
-                if stop or time.time() > deadline:
-                    break
-        rounds.close()
-    if spent_file.is_file():  # every way out of the loop above passes a checkpoint first
-        spent = float(json.loads(spent_file.read_text())["seconds"])
-    summary = engine.summary()
-    (run_dir / "summary.json").write_text(
-        json.dumps({k: jsonable(v) for k, v in summary.items()}, indent=1)
+    engine, summary, spent = resume_run(
+        cfg,
+        run_dir,
+        checkpoint_every=args.checkpoint_every,
+        deadline=deadline,
+        until_round=args.until_round,
     )
     comparable = cfg.rounds == 500 and not args.set
     metric = OURS_METRIC[method]

@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _machine import machine  # noqa: E402
-from _runs import runs_dir  # noqa: E402
+from _runs import runs_dir, truncate_log  # noqa: E402
 
 from analysis.paper import ACCURACY, FMNIST_20, FMNIST_100  # noqa: E402
 from flcore.config import load_config  # noqa: E402
@@ -43,16 +43,6 @@ from flcore.experiment import build_data, build_engine  # noqa: E402
 from sweeps.cli import jsonable  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _truncate_log(log: Path, rounds_done: int) -> None:
-    """Drop the rows of rounds after the checkpoint: a stopped run replays them on resume."""
-    if not log.is_file():
-        return
-    rows = [line for line in log.read_text().splitlines() if line.strip()]
-    keep = [line for line in rows if json.loads(line)["round"] <= rounds_done]
-    if len(keep) != len(rows):
-        log.write_text("".join(line + "\n" for line in keep))
 
 
 def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, deadline: float):  # type: ignore[no-untyped-def]
@@ -73,7 +63,7 @@ def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, dead
     if ckpt.is_file():
         engine.load_checkpoint(ckpt)
         spent = float(json.loads((run_dir / "spent.json").read_text())["seconds"])
-        _truncate_log(log, engine.round)
+        truncate_log(log, engine.round)
     start = time.perf_counter()
     until = min(engine.rounds, args.until_round or engine.rounds)
     if engine.round < until and time.time() < deadline:

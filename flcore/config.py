@@ -249,6 +249,17 @@ class AttackConfig(_Strict):
         return tuple(sorted({resolve_round(e, rounds) for e in entries}))
 
 
+class KnowledgeAttackConfig(AttackConfig):
+    """The knowledge inversion of released class representations (FedHKD, FedProto;
+    flcore.attacks.knowledge_inversion): at each of ``rounds``, each of ``clients``' real update
+    is replayed and every class it shares is inverted into an image, scored against the client's
+    class mean image with the population's class mean image as the no-information baseline
+    (``knowledge_psnr_gain``, ``knowledge_ssim_gain``). ``images``, ``batch``, ``local_steps``,
+    ``labels`` and ``identify_k`` do not apply. A run may carry it beside ``attack``."""
+
+    name: str = "knowledge_inversion"
+
+
 class ExperimentConfig(_Strict):
     """One FL experiment. Defaults are HyperFL's Fashion-MNIST setup (appendix D.1)."""
 
@@ -266,13 +277,24 @@ class ExperimentConfig(_Strict):
     global_test_per_class: int | None = Field(
         None, ge=1, description="cap on the global test set's records per class; None: all"
     )
+    public_samples: int | None = Field(
+        None,
+        ge=1,
+        description="a public set of this many training records no client holds (FedMD's; "
+        "FedHKD: one local train set); None: no public set",
+    )
     rounds: int = Field(200, ge=1)
     local_epochs: int = Field(5, ge=1)
     batch_size: int = Field(50, ge=1)
     lr: float = Field(0.01, gt=0)
     lr_decay: float = Field(
-        1.0, gt=0, le=1, description="local lr of round t is lr x lr_decay^(t-1) (Pa3dFL: 0.998)"
+        1.0,
+        gt=0,
+        le=1,
+        description="local lr of round t is lr x lr_decay^floor((t-1) / lr_decay_every) "
+        "(Pa3dFL: 0.998 every round; FedHKD: 0.5 every 10 rounds)",
     )
+    lr_decay_every: int = Field(1, ge=1, description="rounds between two lr_decay steps")
     client_fraction: float = Field(1.0, gt=0, le=1)
     full_last_round: bool = True
     eval_every: int = Field(1, ge=1)
@@ -287,6 +309,7 @@ class ExperimentConfig(_Strict):
     algorithm_params: dict[str, Any] = Field(default_factory=dict)
     privacy: PrivacyConfig | None = None
     attack: AttackConfig | None = None
+    knowledge_attack: KnowledgeAttackConfig | None = None
     output_dir: str = "runs"
     checkpoint_every: int = Field(0, ge=0, description="rounds between checkpoints; 0: never")
 
@@ -394,6 +417,14 @@ def _check_names(cfg: ExperimentConfig) -> None:
         )
     if cfg.attack is not None:
         _check_attack(cfg, cfg.attack)
+    if cfg.knowledge_attack is not None:
+        _check_attack(cfg, cfg.knowledge_attack, "knowledge_attack")
+    if alg.requires_public and cfg.public_samples is None:
+        raise ConfigError(
+            "public_samples",
+            f"{cfg.algorithm} distils on a public set: set public_samples (FedHKD: one local "
+            "train set, e.g. 450 for 600 records split 75/25)",
+        )
     if alg.requires_privacy and cfg.privacy is None:
         raise ConfigError(
             "privacy",
@@ -459,30 +490,30 @@ def _check_capacity(cfg: ExperimentConfig, c: CapacityConfig) -> None:
     check_model_widths(model_cls.FULL_CHANNELS, c.p_min)
 
 
-def _check_attack(cfg: ExperimentConfig, a: AttackConfig) -> None:
+def _check_attack(cfg: ExperimentConfig, a: AttackConfig, key: str = "attack") -> None:
     from flcore.attacks import ATTACKS
 
     if a.name not in ATTACKS:
         raise ConfigError(
-            "attack.name", f"unknown attack {a.name!r}; known: {', '.join(ATTACKS.names())}"
+            f"{key}.name", f"unknown attack {a.name!r}; known: {', '.join(ATTACKS.names())}"
         )
     supported = ATTACKS.get(a.name).algorithms
     if supported is not None and cfg.algorithm not in supported:
         raise ConfigError(
-            "attack.name",
+            f"{key}.name",
             f"{a.name} attacks {', '.join(sorted(supported))} uploads, not {cfg.algorithm!r}",
         )
     for entry in a.rounds or []:
         r = resolve_round(entry, cfg.rounds)
         if not 1 <= r <= cfg.rounds:
-            raise ConfigError("attack.rounds", f"round {r} is not in 1..{cfg.rounds}")
+            raise ConfigError(f"{key}.rounds", f"round {r} is not in 1..{cfg.rounds}")
     for c in a.clients:
         if not 0 <= c < cfg.num_clients:
-            raise ConfigError("attack.clients", f"client {c} is not in 0..{cfg.num_clients - 1}")
+            raise ConfigError(f"{key}.clients", f"client {c} is not in 0..{cfg.num_clients - 1}")
     if a.images % a.batch:
-        raise ConfigError("attack.images", f"must be a multiple of attack.batch ({a.batch})")
+        raise ConfigError(f"{key}.images", f"must be a multiple of {key}.batch ({a.batch})")
     if cfg.samples_per_client is not None and a.batch > cfg.samples_per_client:
-        raise ConfigError("attack.batch", f"a client has only {cfg.samples_per_client} records")
+        raise ConfigError(f"{key}.batch", f"a client has only {cfg.samples_per_client} records")
     params = dict(a.params) | ({"iterations": a.iterations} if a.iterations else {})
     ATTACKS.get(a.name).validate(params)
 

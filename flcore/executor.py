@@ -105,7 +105,12 @@ def _run_task(algorithm: Algorithm, fed: FederatedData, task: ClientTask) -> Cli
     cid = task.client_id
     start = time.perf_counter()
     data = ClientData(
-        cid, fed.client_train(cid), fed.client_test(cid), fed.info, fed.client_val(cid)
+        cid,
+        fed.client_train(cid),
+        fed.client_test(cid),
+        fed.info,
+        fed.client_val(cid),
+        public=fed.public_set(),
     )
     result = algorithm.local_update(data, task, client_generator(task.seed, task.round, cid))
     result.metrics["client_seconds"] = time.perf_counter() - start

@@ -104,6 +104,7 @@ def build_data(cfg: ExperimentConfig) -> FederatedData:
             else None
         ),
         global_test_per_class=cfg.global_test_per_class,
+        public_samples=cfg.public_samples,
     )
 
 
@@ -145,6 +146,23 @@ def attack_probe(cfg: ExperimentConfig, factory: AlgorithmFactory) -> Any:
     return LeakageEvaluator(settings, factory)
 
 
+def knowledge_probe(cfg: ExperimentConfig, factory: AlgorithmFactory) -> Any:
+    """The knowledge inversion ``cfg.knowledge_attack`` asks for, as an engine probe."""
+    from flcore.attacks.evaluation import AttackSettings
+    from flcore.attacks.knowledge_inversion import KnowledgeInversionProbe
+
+    a = cfg.knowledge_attack
+    assert a is not None
+    settings = AttackSettings(
+        name=a.name,
+        rounds=a.resolved_rounds(cfg.rounds),
+        clients=tuple(a.clients),
+        params=dict(a.params) | ({"iterations": a.iterations} if a.iterations else {}),
+        seed=a.seed,
+    )
+    return KnowledgeInversionProbe(settings, factory)
+
+
 def build_engine(
     cfg: ExperimentConfig,
     *,
@@ -179,6 +197,7 @@ def build_engine(
         momentum=cfg.optimizer.momentum,
         weight_decay=cfg.optimizer.weight_decay,
         lr_decay=cfg.lr_decay,
+        lr_decay_every=cfg.lr_decay_every,
     )
     params = ALGORITHMS.get(cfg.algorithm).validate_params(cfg.algorithm_params)
     privacy = resolve_privacy(cfg, data)
@@ -198,7 +217,12 @@ def build_engine(
     return Engine(
         factory,
         data,
-        probes=[attack_probe(cfg, factory)] if cfg.attack is not None else None,
+        # the leakage probe first: the attack contract reads ``engine.probes[0]``
+        probes=[
+            *([attack_probe(cfg, factory)] if cfg.attack is not None else []),
+            *([knowledge_probe(cfg, factory)] if cfg.knowledge_attack is not None else []),
+        ]
+        or None,
         rounds=cfg.rounds,
         client_fraction=cfg.client_fraction,
         full_last_round=cfg.full_last_round,

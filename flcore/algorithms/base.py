@@ -75,12 +75,15 @@ class LocalTraining:
     optimizer: str = "sgd"
     momentum: float = 0.5
     weight_decay: float = 5e-4
-    #: the lr of round t is lr x lr_decay^(t-1) (Pa3dFL's per-round decay 0.998)
+    #: the lr of round t is lr x lr_decay^floor((t-1) / lr_decay_every): Pa3dFL's 0.998 every
+    #: round, FedHKD's halving every 10 rounds
     lr_decay: float = 1.0
+    lr_decay_every: int = 1
 
     def lr_at(self, round: int | None) -> float:
         """The local learning rate of ``round`` (1-based; None: the first round's)."""
-        return self.lr * self.lr_decay ** (max(1, round or 1) - 1)
+        steps = (max(1, round or 1) - 1) // self.lr_decay_every
+        return self.lr * self.lr_decay**steps
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,8 @@ class ClientData:
     info: DatasetInfo
     #: the client's validation records (a ``client_split`` with val > 0), or None
     val: ArrayDataset | None = None
+    #: the public set every client shares (``public_samples``: FedMD's), or None
+    public: ArrayDataset | None = None
 
 
 @dataclass
@@ -199,6 +204,8 @@ class Algorithm(ABC):
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
     #: gives each client a model of its own width p_i (else: all train the narrowest width)
     capacity_aware: ClassVar[bool] = False
+    #: needs the public set (``public_samples``) that every client sees (FedMD)
+    requires_public: ClassVar[bool] = False
 
     def __init__(
         self,

@@ -14,6 +14,11 @@ because that is what the HyperFL authors' code applies to those datasets; the CI
 (std 0.2023, 0.1994, 0.2010) are the ones common in FL code, the CIFAR-100 values are the usual
 per-channel statistics of its training split.
 
+CIFAR-10/100 and SVHN are read straight from their standard files (the python-version pickled
+batches; the ``*_32x32.mat`` files) rather than through torchvision's classes, which check MD5
+sums and so refuse any copy that is not byte-identical to the published one; torchvision is used
+only to download missing files.
+
 EMNIST: the NIST files store each character transposed and torchvision (0.29) does not undo it
 (pytorch/vision issue #8783, open), so the loader transposes height and width to make characters
 upright.
@@ -25,6 +30,7 @@ import gzip
 import hashlib
 import io
 import os
+import pickle
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
@@ -403,53 +409,206 @@ def load_emnist(root: Path) -> DatasetSplits:
     )
 
 
-def _load_cifar(name: str, root: Path, hundred: bool) -> DatasetSplits:
+# --- CIFAR-10 / CIFAR-100 and SVHN: read straight from the standard files -----------------------
+#
+# torchvision's CIFAR and SVHN classes check each file's MD5 before reading it, which refuses any
+# copy that is not byte-identical to the archive's (a re-pickled batch, a test's small file). These
+# readers parse the formats themselves; torchvision is asked only to download the files when none
+# of them is there, which is the one step that touches the network.
+
+
+@dataclass(frozen=True)
+class _Files:
+    """Where one dataset's files live under the data root and where a user gets them."""
+
+    name: str
+    folder: str  # relative to the data root ("" for the root itself)
+    train: tuple[str, ...]
+    test: tuple[str, ...]
+    origin: str
+
+    def missing(self, root: Path) -> list[str]:
+        return [n for n in self.train + self.test if not (root / self.folder / n).is_file()]
+
+    def paths(self, root: Path, names: Iterable[str]) -> list[Path]:
+        return [root / self.folder / n for n in names]
+
+
+_CIFAR10_FILES = _Files(
+    "cifar10",
+    "cifar-10-batches-py",
+    tuple(f"data_batch_{i}" for i in range(1, 6)),
+    ("test_batch",),
+    "cifar-10-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html, unpacked",
+)
+_CIFAR100_FILES = _Files(
+    "cifar100",
+    "cifar-100-python",
+    ("train",),
+    ("test",),
+    "cifar-100-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html, unpacked",
+)
+_SVHN_FILES = _Files(
+    "svhn",
+    "",
+    ("train_32x32.mat",),
+    ("test_32x32.mat",),
+    "the format-2 (cropped digits) files from http://ufldl.stanford.edu/housenumbers/",
+)
+
+
+def _ensure_files(files: _Files, root: Path, open_split: OpenSplit) -> str:
+    """Check that every file is under ``root``, else have torchvision download them; says which.
+
+    Only a dataset with none of its files present is downloaded: the download would replace the
+    files that are there, which may be the user's own (differing) copies.
+
+    Raises:
+        DataNotFoundError: files are missing, and some are present or the download failed.
+    """
+    missing = files.missing(root)
+    if not missing:
+        return f"{root} (data root)"
+    if len(missing) < len(files.train + files.test):
+        reason = "the other files are there, so nothing is downloaded over them"
+    else:
+        try:
+            _download_pair(open_split)
+            reason = "the download did not provide them"
+        except (RuntimeError, OSError) as err:
+            reason = f"torchvision's download failed ({_short(err)})"
+        missing = files.missing(root)
+    if missing:
+        where = root / files.folder
+        raise DataNotFoundError(
+            f"dataset {files.name!r} not found under data root {root}: missing "
+            f"{', '.join(missing)} in {where}; {reason}. Put "
+            f"{', '.join(files.train + files.test)} in {where} ({files.origin}), run once with "
+            "network access, or point FEDSWEEP_DATA_ROOT (or root=) at a folder that holds them."
+        )
+    return f"{root} (downloaded by torchvision)"
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickles only what the CIFAR batches hold (dicts, lists, bytes, numpy arrays).
+
+    Any other global is refused, so a data file cannot make the loader call other functions.
+    """
+
+    _ALLOWED = frozenset(
+        [
+            (m, n)
+            for m in ("numpy.core.multiarray", "numpy._core.multiarray")
+            for n in ("_reconstruct", "scalar")
+        ]
+        + [("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")]
+    )
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self._ALLOWED:
+            raise pickle.UnpicklingError(f"refusing to unpickle {module}.{name} from a data file")
+        return super().find_class(module, name)
+
+
+def _read_cifar_batch(path: Path, label_key: str, num_classes: int) -> tuple[np.ndarray, Any]:
+    """One python-version CIFAR batch: images (N x 3 x 32 x 32 uint8) and labels.
+
+    A row of ``data`` is 3072 bytes: the red plane, then green, then blue, each 32 x 32 row-major,
+    so a reshape (no transpose) gives channels first.
+    """
+    with open(path, "rb") as handle:
+        # Python 2 pickles: encoding="bytes" keeps their str keys as bytes (b"data").
+        batch = _ArrayUnpickler(handle, encoding="bytes").load()
+    if not isinstance(batch, dict):
+        raise ValueError(f"{path}: expected a pickled dict, got {type(batch).__name__}")
+    entries = {k.decode() if isinstance(k, bytes) else k: v for k, v in batch.items()}
+    if "data" not in entries or label_key not in entries:
+        raise ValueError(f"{path}: expected keys b'data' and b'{label_key}', got {sorted(entries)}")
+    data = np.asarray(entries["data"])
+    labels = np.asarray(entries[label_key], dtype=np.int64)
+    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+        raise ValueError(f"{path}: data must be uint8 N x 3072, got {data.dtype} {data.shape}")
+    if labels.shape != (data.shape[0],) or labels.min(initial=0) < 0:
+        raise ValueError(f"{path}: need one label in [0, {num_classes}) per image")
+    if labels.max(initial=0) >= num_classes:
+        raise ValueError(f"{path}: label {labels.max()} is out of range [0, {num_classes})")
+    return data.reshape(-1, 3, 32, 32), labels
+
+
+def _read_cifar(files: _Files, root: Path, names: Iterable[str]) -> ArrayDataset:
+    info = DATASET_INFO[files.name]
+    label_key = "fine_labels" if info.num_classes == 100 else "labels"
+    parts = [_read_cifar_batch(p, label_key, info.num_classes) for p in files.paths(root, names)]
+    images = np.concatenate([x for x, _ in parts])
+    return _array_dataset(images, np.concatenate([y for _, y in parts]))
+
+
+def _load_cifar(files: _Files, root: Path) -> DatasetSplits:
     from torchvision.datasets import CIFAR10, CIFAR100
 
-    cls = CIFAR100 if hundred else CIFAR10
+    cls = CIFAR100 if files.name == "cifar100" else CIFAR10
 
     def open_split(train: bool, download: bool) -> Any:
         return cls(str(root), train=train, download=download)
 
-    train, test, how = _open_pair(name, root, open_split, f"{cls.base_folder}/")
-    folder = root / cls.base_folder
-    names = [n for n, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
+    how = _ensure_files(files, root, open_split)
     return DatasetSplits(
-        info=DATASET_INFO[name],
-        train=_array_dataset(train.data, train.targets, channels_last=True),
-        test=_array_dataset(test.data, test.targets, channels_last=True),
-        checksum=_sha256(folder / n for n in names),
-        source=f"torchvision {cls.__name__} from {how}",
+        info=DATASET_INFO[files.name],
+        train=_read_cifar(files, root, files.train),
+        test=_read_cifar(files, root, files.test),
+        checksum=_sha256(files.paths(root, files.train + files.test)),
+        source=f"CIFAR python batches ({files.folder}) from {how}",
     )
 
 
 @DATASETS.register("cifar10")
 def load_cifar10(root: Path) -> DatasetSplits:
-    """CIFAR-10 (50,000 / 10,000)."""
-    return _load_cifar("cifar10", root, hundred=False)
+    """CIFAR-10 (50,000 / 10,000) from ``<root>/cifar-10-batches-py/``."""
+    return _load_cifar(_CIFAR10_FILES, root)
 
 
 @DATASETS.register("cifar100")
 def load_cifar100(root: Path) -> DatasetSplits:
-    """CIFAR-100 with its 100 fine labels (50,000 / 10,000)."""
-    return _load_cifar("cifar100", root, hundred=True)
+    """CIFAR-100 with its 100 fine labels (50,000 / 10,000) from ``<root>/cifar-100-python/``."""
+    return _load_cifar(_CIFAR100_FILES, root)
+
+
+def _read_svhn(path: Path) -> ArrayDataset:
+    """One SVHN .mat file: ``X`` is H x W x C x N uint8, ``y`` N x 1 with 10 standing for 0."""
+    from scipy.io import loadmat
+
+    mat = loadmat(str(path))
+    if "X" not in mat or "y" not in mat:
+        raise ValueError(f"{path}: expected variables X and y, got {sorted(mat)}")
+    x, y = np.asarray(mat["X"]), np.asarray(mat["y"]).astype(np.int64).reshape(-1)
+    if x.dtype != np.uint8 or x.ndim != 4 or x.shape[2] != 3:
+        raise ValueError(f"{path}: X must be uint8 H x W x 3 x N, got {x.dtype} {x.shape}")
+    if y.shape != (x.shape[3],):
+        raise ValueError(f"{path}: y must hold one label per image ({x.shape[3]}), got {y.shape}")
+    y[y == 10] = 0  # the digit 0 is stored as label 10
+    if y.size and (y.min() < 0 or y.max() > 9):
+        raise ValueError(f"{path}: labels must be 1..10 (10 for the digit 0)")
+    return _array_dataset(x.transpose(3, 2, 0, 1), y)
 
 
 @DATASETS.register("svhn")
 def load_svhn(root: Path) -> DatasetSplits:
-    """SVHN train and test (the 'extra' split is not used); torchvision maps label 10 to 0."""
+    """SVHN train and test from ``<root>/{train,test}_32x32.mat`` (label 10 mapped to 0; the
+    'extra' split is not used)."""
     from torchvision.datasets import SVHN
 
     def open_split(train: bool, download: bool) -> Any:
         return SVHN(str(root), split="train" if train else "test", download=download)
 
-    train, test, how = _open_pair("svhn", root, open_split, "train_32x32.mat and test_32x32.mat")
+    files = _SVHN_FILES
+    how = _ensure_files(files, root, open_split)
+    train_path, test_path = files.paths(root, files.train + files.test)
     return DatasetSplits(
         info=DATASET_INFO["svhn"],
-        train=_array_dataset(train.data, train.labels),  # torchvision already gives N x C x H x W
-        test=_array_dataset(test.data, test.labels),
-        checksum=_sha256(root / f for f in ("train_32x32.mat", "test_32x32.mat")),
-        source=f"torchvision SVHN from {how}",
+        train=_read_svhn(train_path),
+        test=_read_svhn(test_path),
+        checksum=_sha256([train_path, test_path]),
+        source=f"SVHN .mat files from {how}",
     )
 
 

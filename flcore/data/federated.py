@@ -11,6 +11,12 @@ seeded permutation into its train, validation and test sets instead (Pa3dFL's 0.
 600 records per client; FedHKD's 0.75/0.25): the client's test and validation records then come
 from the dataset's train split, disjoint from its training records and from other clients'.
 Counts are ``round(val x n)`` and ``round(test x n)``, the rest training.
+
+With ``public_samples`` (FedMD's public set), that many training-split records that no client
+holds are drawn, seeded, after the clients' draw: the clients' records are the same with or
+without a public set, and the public set is disjoint from every client's train, validation and
+test records by construction (it is drawn from the complement of their union); a size larger
+than what is left is a ConfigError. Every client sees the same public set.
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ class FederatedData:
     val: Partition | None = None
     #: where ``test`` indexes: "test" (the test split) or "train" (a client split's own records)
     test_source: str = "test"
+    #: the public set's indices into the train split (held by no client), or None
+    public: np.ndarray | None = None
 
     @property
     def info(self) -> DatasetInfo:
@@ -84,6 +92,12 @@ class FederatedData:
         if self.val is None or self.val.client_indices[i].size == 0:
             return None
         return _subset(self.splits.train, self.val.client_indices[i])
+
+    def public_set(self) -> ArrayDataset | None:
+        """The public set every client sees (FedMD's), or None without one."""
+        if self.public is None:
+            return None
+        return _subset(self.splits.train, self.public)
 
     def global_test_set(self) -> ArrayDataset:
         """The class-balanced global test set."""
@@ -124,6 +138,28 @@ def _split_clients(
     return Partition(tuple(parts[0])), Partition(tuple(parts[1])), Partition(tuple(parts[2]))
 
 
+def _public_indices(
+    n_train: int, clients: Partition, size: int | None, seed: int
+) -> np.ndarray | None:
+    """``size`` train-split indices held by no client (seeded, sorted, read-only), or None."""
+    if size is None:
+        return None
+    size = _size("public_samples", size, 0)
+    taken = np.zeros(n_train, dtype=bool)
+    for idx in clients.client_indices:
+        taken[idx] = True
+    free = np.flatnonzero(~taken)
+    if size > free.size:
+        raise ConfigError(
+            "public_samples",
+            f"{size} public records asked for, but only {free.size} of the {n_train} training "
+            "records are left after the clients' draw",
+        )
+    public = np.sort(np.random.default_rng(seed).choice(free, size=size, replace=False))
+    public.setflags(write=False)
+    return public
+
+
 def build_federated_data(
     splits: DatasetSplits,
     *,
@@ -135,13 +171,16 @@ def build_federated_data(
     seed: int,
     client_split: tuple[float, float, float] | None = None,
     global_test_per_class: int | None = None,
+    public_samples: int | None = None,
 ) -> FederatedData:
     """Partition ``splits`` among ``num_clients`` clients.
 
     ``None`` sizes take the dataset's defaults (:class:`DatasetInfo`). ``client_split`` (train,
     val, test fractions) cuts each client's records into its own three sets; the test-size
-    argument is then unused. ``global_test_per_class`` caps the global test set. The ``dominant``
-    partitioner receives ``groups=info.class_groups`` unless ``partition_params`` sets them.
+    argument is then unused. ``global_test_per_class`` caps the global test set.
+    ``public_samples`` draws a public set of that size from the training records no client
+    holds (None: none). The ``dominant`` partitioner receives ``groups=info.class_groups``
+    unless ``partition_params`` sets them.
 
     Raises:
         UnknownNameError: ``partition`` is not a registered partitioner.
@@ -162,6 +201,7 @@ def build_federated_data(
         seed=seed,
         **params,
     )
+    public = _public_indices(len(train_labels), train, public_samples, derive_seed(seed, 5))
     if client_split is not None:
         tr, va, te = _split_clients(train, client_split, derive_seed(seed, 4))
         global_test = uniform_test_indices(
@@ -171,7 +211,9 @@ def build_federated_data(
             per_class=global_test_per_class,
         )
         global_test.setflags(write=False)
-        return FederatedData(splits, tr, te, global_test, partition, val=va, test_source="train")
+        return FederatedData(
+            splits, tr, te, global_test, partition, val=va, test_source="train", public=public
+        )
     test = client_test_indices(
         test_labels,
         train.label_counts(train_labels, info.num_classes),
@@ -182,4 +224,4 @@ def build_federated_data(
         test_labels, info.num_classes, seed=derive_seed(seed, 2), per_class=global_test_per_class
     )
     global_test.setflags(write=False)
-    return FederatedData(splits, train, test, global_test, partition)
+    return FederatedData(splits, train, test, global_test, partition, public=public)

@@ -101,7 +101,12 @@ def _one_task(engine: Engine, cid: int = 0) -> tuple[ClientData, ClientTask]:
     alg.begin_round(1, [cid])
     task = ClientTask(cid, 1, alg.broadcast(1, cid), engine.client_states[cid], True, engine.seed)
     data = ClientData(
-        cid, fed.client_train(cid), fed.client_test(cid), fed.info, fed.client_val(cid)
+        cid,
+        fed.client_train(cid),
+        fed.client_test(cid),
+        fed.info,
+        fed.client_val(cid),
+        public=fed.public_set(),
     )
     return data, task
 

@@ -182,6 +182,11 @@ def test_lr_decays_per_round() -> None:
     t = LocalTraining(epochs=1, batch_size=50, lr=0.1, lr_decay=0.998)
     assert t.lr_at(1) == 0.1 and t.lr_at(None) == 0.1
     assert t.lr_at(11) == pytest.approx(0.1 * 0.998**10)
+    # FedHKD's step schedule: halved every 10 rounds (rounds 1-10 at lr, 11-20 at lr / 2, ...)
+    h = LocalTraining(epochs=1, batch_size=64, lr=1e-3, lr_decay=0.5, lr_decay_every=10)
+    assert [h.lr_at(r) for r in (1, 10, 11, 20, 21, 50)] == pytest.approx(
+        [1e-3, 1e-3, 5e-4, 5e-4, 2.5e-4, 6.25e-5]
+    )
 
 
 def test_capacity_dataclass_widths() -> None:
