@@ -11,13 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from search_spaces import distillation as _distillation  # noqa: F401  (registers)
 from search_spaces import dp as _dp  # noqa: F401  (registers)
 from search_spaces import fedavg as _fedavg  # noqa: F401  (registers)
+from search_spaces import hkd as _hkd  # noqa: F401  (registers)
 from search_spaces import hyperfl as _hyperfl  # noqa: F401  (registers)
 from search_spaces import nested_width as _nested_width  # noqa: F401  (registers)
 from search_spaces import pa3dfl as _pa3dfl  # noqa: F401  (registers)
 from search_spaces import personal as _personal  # noqa: F401  (registers)
+from search_spaces import prototypes as _prototypes  # noqa: F401  (registers)
 from search_spaces import pruned as _pruned  # noqa: F401  (registers)
+from search_spaces import regularized as _regularized  # noqa: F401  (registers)
 from search_spaces.base import SPACES, overrides_for, param_name
 
 __all__ = ["SPACES", "overrides_for", "param_name", "define_by_run"]

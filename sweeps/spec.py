@@ -178,7 +178,7 @@ def _reported(algorithm: str, base: ExperimentConfig) -> set[str]:
     """Metrics a trial of ``algorithm`` reports: the algorithm's, plus the privacy evaluation's
     when the base config attacks: all of them where the algorithm uploads something to attack,
     else only the values it declares (``local``: calibrated leakage 0; its raw leakage is null,
-    nothing uploaded)."""
+    nothing uploaded); plus the knowledge inversion's with ``knowledge_attack``."""
     from flcore.algorithms import ALGORITHMS
     from flcore.attacks.evaluation import LEAK_METRICS, NOTHING_UPLOADED_LEAKAGE
 
@@ -186,6 +186,10 @@ def _reported(algorithm: str, base: ExperimentConfig) -> set[str]:
     out = set(alg.reports)
     if base.attack is not None:
         out |= set(LEAK_METRICS) if alg.uploads else set(NOTHING_UPLOADED_LEAKAGE)
+    if base.knowledge_attack is not None:
+        from flcore.attacks.knowledge_inversion import KNOWLEDGE_METRICS
+
+        out |= set(KNOWLEDGE_METRICS)
     return out
 
 

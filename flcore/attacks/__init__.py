@@ -9,7 +9,7 @@ upload carries any gradient at all.
 
 from __future__ import annotations
 
-from flcore.attacks import dlg, hyperfl_tailored, ig  # noqa: F401  (registration)
+from flcore.attacks import dlg, hyperfl_tailored, ig, knowledge_inversion  # noqa: F401  (registration)
 from flcore.attacks.base import ATTACKS, Attack, AttackParams, Observation, Reconstruction
 from flcore.attacks.surface import GradientSurface, HyperSurface, ModelSurface
 

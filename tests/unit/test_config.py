@@ -29,7 +29,7 @@ def test_defaults_are_hyperfl_fmnist_setup() -> None:
 )
 def test_shipped_configs_validate(path: str) -> None:
     cfg = load_config(SHIPPED / path)
-    assert cfg.dataset in ("fmnist", "cifar10", "emnist")
+    assert cfg.dataset in ("fmnist", "cifar10", "cifar100", "svhn", "emnist")
     if path.startswith("lpm/"):
         assert cfg.batch_size == 16 and cfg.model_params == {"pretrained": True}
 
@@ -122,3 +122,20 @@ def test_flatten_uses_dots_without_prefix() -> None:
     assert flat["optimizer.momentum"] == 0.5
     assert flat["algorithm"] == "fedavg"
     assert "partition.name" in flat
+
+
+@pytest.mark.parametrize(
+    "path", sorted(p.name for p in (SHIPPED / "fedhkd").glob("*.yaml")) or ["<none>"]
+)
+def test_shipped_fedhkd_configs_are_the_papers_protocol(path: str) -> None:
+    # FedHKD Sec. 5 / Appendix A.2: 10 clients x 600 records split 75/25, Dirichlet, Adam 1e-3
+    # halved every 10 rounds, batch 64, 5 local epochs, 50 rounds, every client every round
+    cfg = load_config(SHIPPED / "fedhkd" / path)
+    assert (cfg.num_clients, cfg.samples_per_client, cfg.partition.name) == (10, 600, "dirichlet")
+    assert cfg.client_split is not None
+    assert (cfg.client_split.train, cfg.client_split.test) == (0.75, 0.25)
+    assert (cfg.optimizer.name, cfg.lr, cfg.lr_decay, cfg.lr_decay_every) == ("adam", 1e-3, 0.5, 10)
+    assert (cfg.batch_size, cfg.local_epochs, cfg.rounds, cfg.client_fraction) == (64, 5, 50, 1.0)
+    latent = {"fmnist": 32, "svhn": 32, "cifar10": 64, "cifar100": 64}[cfg.dataset]
+    assert cfg.model_params == {"latent_dim": latent}
+    assert path.split("_", 1)[1] == f"{cfg.algorithm}.yaml"

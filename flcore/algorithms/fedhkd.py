@@ -1,0 +1,369 @@
+"""FedHKD: Chen & Vikalo, "The Best of Both Worlds: Accurate Global and Personalized Models
+through Federated Learning with Data-Free Hyper-Knowledge Distillation", ICLR 2023.
+
+Each client shares "hyper-knowledge" beside its model: per class j, the mean representation
+``h_i^j = (1/N_i^j) sum_k R(x_k)`` (Eq. 4; R = ``model.represent``) and the mean soft prediction
+``q_i^j = (1/N_i^j) sum_k Q(z_k, T)`` with ``Q(z, T) = softmax(z / T)`` (Eq. 3, T = 0.5; torch's
+softmax subtracts the max, so it is numerically stable). A class is shared only if its share of
+the client's records exceeds ``nu`` (0.25). The representation mean is released through the
+Gaussian mechanism of Theorem 1 / Lemma 1 (:class:`flcore.privacy.gaussian.GaussianMechanism`):
+clipped, with noise of std ``sigma 2 zeta / N_i^j`` (sigma 7). The server aggregates each class
+over the clients that shared it (Eq. 9), ``H^j = sum_i p_i h~_i^j`` and ``Q^j = sum_i p_i q_i^j``
+with ``p_i = N_i^j / N^j``, and averages the models as FedAvg (n_i-weighted). Each client then
+trains (Eq. 11)
+
+    CE(G(R(x_k)), y_k) + lambda (1/n) sum_j ||Q(G(H^j), T) - Q^j||_2
+                       + gamma (1/B) sum_k ||R(x_k) - H^{y_k}||_2
+
+with lambda = gamma = 0.05 (``fedhkd``) or gamma = 0 (``fedhkd_star``, the paper's FedHKD*).
+
+Choices where the paper is silent, and deviations, stated:
+
+- Round 1 (no global knowledge yet) trains CE only. A class no client shared this round has no
+  global knowledge next round (the paper: "the server sets K^j = empty"); its terms drop out:
+  the second term is ``(1/n) sum`` over the classes with knowledge (n = the number of classes,
+  as printed), the third is the mean over the batch's records whose class has knowledge.
+- The norms are the paper's L2 norms (not squared), not the KL/MSE of the authors' code; the
+  server aggregates (the authors' code overwrites each class with the last client's); the noise
+  is scaled to the sensitivity (the authors' code adds one unscaled vector); no gradient
+  clipping in local training (the authors' code clips to 1.1, the paper never mentions it).
+- The knowledge is computed after local training, with the model in eval mode, over the
+  client's training records; the soft prediction uses the unclipped representation.
+- Only the counts of shared classes leave the client (``knowledge.counts``, zeros elsewhere):
+  the server needs them for p_i; the others are not released.
+- Clipping (``knowledge_clip``): ``l2`` (default) clips each representation to L2 norm
+  ``zeta``, default ``3 sqrt(d)``; ``coordinate`` clamps each coordinate to ``[-zeta, zeta]``,
+  default 3, the paper's bound (Sec. 4.3: "after BatchNorm", about 99.7% of coordinates), with
+  exactly the paper's noise, which is noise multiplier ``sigma / sqrt(d)`` for the vector.
+
+Privacy, stated plainly (issue 25 section 3):
+
+- ``epsilon_knowledge`` is what the representation releases spend under the relation "replace
+  one record by another of the same class" (the counts N_i^j, the weights p_i and the nu
+  decisions are released unnoised, so only a label-preserving relation leaves them unchanged;
+  the run is tagged ``dp_relation: replace-one-same-label``). Every round's release is composed
+  by the accountant (flcore.privacy.accounting: R Gaussian releases at the accounted noise
+  multiplier, q = 1), for the client that released most often; never a per-round formula
+  summed.
+- It holds only for the knowledge as a function of a fixed model. The model itself, trained on
+  the same records, and the soft predictions are released with no noise: the run has no formal
+  guarantee. Its ``dp_guarantee`` is ``none`` and its ``epsilon`` inf, on every front.
+- ``knowledge_classes_shared``: the classes with global knowledge after the round's
+  aggregation (0 to n). At beta = 5 almost no class passes nu = 0.25 (a Beta(5, 45) share
+  exceeds it with probability about 0.003): FedHKD then reduces to FedAvg.
+
+What the paper's metrics are here: its "local accuracy" is ``accuracy`` (the client's model
+after local training, on the client's own test records), its "global accuracy" is
+``global_accuracy`` (the aggregated model on the global test set).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from flcore.algorithms.base import (
+    ALGORITHMS,
+    AlgorithmParams,
+    ClientData,
+    ClientResult,
+    ClientTask,
+)
+from flcore.algorithms.fedavg import FedAvg
+from flcore.data import normalize
+from flcore.privacy.accounting import compute_epsilon
+from flcore.privacy.gaussian import GaussianMechanism, class_means
+
+__all__ = [
+    "FedHKD",
+    "FedHKDParams",
+    "FedHKDStar",
+    "KnowledgeSum",
+    "hkd_loss",
+    "local_knowledge",
+    "soft_targets",
+]
+
+TensorDict = dict[str, torch.Tensor]
+KNOWLEDGE = ("knowledge.rep", "knowledge.soft", "knowledge.mask", "knowledge.counts")
+RELATION = "replace-one-same-label"
+
+
+class FedHKDParams(AlgorithmParams):
+    lam: float = Field(0.05, ge=0, description="lambda: weight of the soft-prediction term")
+    gamma: float = Field(0.05, ge=0, description="gamma: weight of the representation term")
+    temperature: float = Field(0.5, gt=0, description="T of the soft target softmax(z / T)")
+    nu: float = Field(0.25, ge=0, lt=1, description="a class is shared if its share exceeds nu")
+    sigma: float = Field(7.0, ge=0, description="noise std in units of the sensitivity")
+    knowledge_clip: Literal["l2", "coordinate"] = Field(
+        "l2", description="clip each representation to L2 norm zeta, or each coordinate"
+    )
+    zeta: float | None = Field(
+        None, gt=0, description="the clipping bound (default: 3 sqrt(d) for l2, 3 per coordinate)"
+    )
+    delta: float = Field(1e-5, gt=0, lt=1, description="the delta epsilon_knowledge is stated at")
+
+
+class FedHKDStarParams(FedHKDParams):
+    gamma: float = Field(0.0, ge=0, le=0, description="FedHKD*: no representation term (0)")
+
+
+def soft_targets(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``Q(z, T) = softmax(z / T)`` (torch's softmax is the max-subtracted, stable one)."""
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+def local_knowledge(
+    model: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    num_classes: int,
+    temperature: float,
+    nu: float,
+    mechanism: GaussianMechanism | None,
+    generator: torch.Generator,
+    batch: int = 500,
+) -> TensorDict:
+    """A client's released hyper-knowledge (normalised ``images``): per class the (clipped,
+    noised) mean representation and the mean soft prediction, for the classes whose share of
+    the records exceeds ``nu``; the other rows are zeros and their counts 0."""
+    was_training = model.training
+    model.eval()
+    reps, softs = [], []
+    with torch.no_grad():
+        for i in range(0, len(images), batch):
+            h = model.represent(images[i : i + batch])  # type: ignore[operator]
+            reps.append(h)
+            softs.append(soft_targets(model.head(h), temperature))  # type: ignore[operator]
+    model.train(was_training)
+    h, q = torch.cat(reps), torch.cat(softs)
+    labels = labels.to(h.device)
+    soft, counts = class_means(q, labels, num_classes)
+    if mechanism is not None:
+        rep, _ = mechanism.release(h, labels, num_classes, generator)
+    else:
+        rep, _ = class_means(h, labels, num_classes)
+    shared = counts.to(torch.float64) / max(1, len(labels)) > nu
+    mask = shared.to(h.dtype)
+    return {
+        "knowledge.rep": (rep * mask[:, None]).detach().cpu(),
+        "knowledge.soft": (soft * mask[:, None]).detach().cpu(),
+        "knowledge.mask": mask.detach().cpu(),
+        "knowledge.counts": (counts.to(h.dtype) * mask).detach().cpu(),
+    }
+
+
+class KnowledgeSum:
+    """Eq. 9, streamed: per class the count-weighted sums of the shared representations and
+    soft predictions, ``p_i = N_i^j / N^j`` over the clients that shared class j."""
+
+    def __init__(self) -> None:
+        self.rep: torch.Tensor | None = None
+        self.soft: torch.Tensor | None = None
+        self.count: torch.Tensor | None = None
+
+    def add(self, knowledge: Mapping[str, torch.Tensor]) -> None:
+        n = knowledge["knowledge.counts"].to(torch.float64) * knowledge["knowledge.mask"]
+        rep = knowledge["knowledge.rep"].to(torch.float64) * n[:, None]
+        soft = knowledge["knowledge.soft"].to(torch.float64) * n[:, None]
+        if self.rep is None:
+            self.rep, self.soft, self.count = rep, soft, n
+        else:
+            assert self.soft is not None and self.count is not None
+            self.rep, self.soft, self.count = self.rep + rep, self.soft + soft, self.count + n
+
+    def result(self) -> TensorDict:
+        """The global knowledge: ``rep``, ``soft`` and ``mask`` (1 where some client shared)."""
+        if self.rep is None:
+            raise ValueError("no knowledge was added")
+        assert self.soft is not None and self.count is not None
+        mask = self.count > 0
+        denom = self.count.clamp(min=1e-12)[:, None]
+        return {
+            "knowledge.rep": torch.where(mask[:, None], self.rep / denom, 0.0).float(),
+            "knowledge.soft": torch.where(mask[:, None], self.soft / denom, 0.0).float(),
+            "knowledge.mask": mask.float(),
+        }
+
+
+def hkd_loss(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    knowledge: Mapping[str, torch.Tensor] | None,
+    *,
+    lam: float,
+    gamma: float,
+    temperature: float,
+) -> torch.Tensor:
+    """Eq. 11 on one batch (``knowledge`` None: CE only, round 1)."""
+    h = model.represent(x)  # type: ignore[operator]
+    loss = F.cross_entropy(model.head(h), y)  # type: ignore[operator]
+    if knowledge is None:
+        return loss
+    mask = knowledge["knowledge.mask"] > 0
+    if not bool(mask.any()):
+        return loss
+    rep, soft = knowledge["knowledge.rep"], knowledge["knowledge.soft"]
+    if lam > 0:
+        q = soft_targets(model.head(rep[mask]), temperature)  # type: ignore[operator]
+        loss = loss + lam * (q - soft[mask]).norm(dim=1).sum() / len(mask)
+    if gamma > 0:
+        have = mask[y]
+        if bool(have.any()):
+            loss = loss + gamma * (h[have] - rep[y[have]]).norm(dim=1).mean()
+    return loss
+
+
+@ALGORITHMS.register("fedhkd")
+class FedHKD(FedAvg):
+    """FedAvg's models plus hyper-knowledge distillation (module docstring)."""
+
+    name = "fedhkd"
+    Params = FedHKDParams
+    privacy_mechanisms = frozenset()
+    reports = FedAvg.reports | {"epsilon_knowledge", "knowledge_classes_shared"}
+
+    # ------------------------------------------------------------------ knowledge release
+    def mechanism(self, dim: int) -> GaussianMechanism | None:
+        """The representation release's mechanism (None: sigma 0, plain means)."""
+        p = self.params
+        assert isinstance(p, FedHKDParams)
+        if p.sigma == 0:
+            return None
+        default = 3.0 * math.sqrt(dim) if p.knowledge_clip == "l2" else 3.0
+        zeta = p.zeta if p.zeta is not None else default
+        return GaussianMechanism(p.sigma, zeta, p.knowledge_clip)
+
+    def _latent_dim(self) -> int:
+        head = self.client_model().head
+        return int(head.in_features)  # type: ignore[union-attr]
+
+    # ------------------------------------------------------------------ server
+    def init_server(self) -> None:
+        super().init_server()
+        self.knowledge: TensorDict | None = None
+        self._ksum: KnowledgeSum | None = None
+        self.releases = [0] * self.num_clients
+        self._classes_shared = 0
+
+    def broadcast(self, round: int, client_id: int) -> TensorDict:
+        out = super().broadcast(round, client_id)
+        if self.knowledge is not None:
+            out |= {k: v.clone() for k, v in self.knowledge.items()}
+        return out
+
+    def begin_round(self, round: int, client_ids: list[int]) -> None:
+        super().begin_round(round, client_ids)
+        self._ksum = KnowledgeSum()
+
+    def accumulate(self, result: ClientResult) -> None:
+        know = {k: v for k, v in result.upload.items() if k.startswith("knowledge.")}
+        model = {k: v for k, v in result.upload.items() if not k.startswith("knowledge.")}
+        super().accumulate(dataclasses.replace(result, upload=model))
+        assert self._ksum is not None, "begin_round was not called"
+        self._ksum.add(know)
+        if float(know["knowledge.mask"].sum()) > 0:
+            self.releases[result.client_id] += 1
+
+    def end_round(self, round: int) -> None:
+        super().end_round(round)
+        assert self._ksum is not None
+        self.knowledge = self._ksum.result() if self._ksum.rep is not None else None
+        self._ksum = None
+        mask = self.knowledge["knowledge.mask"] if self.knowledge is not None else None
+        self._classes_shared = int(mask.sum()) if mask is not None else 0
+        if self._classes_shared == 0:
+            self.knowledge = None
+
+    def privacy_metrics(self) -> dict[str, float]:
+        """``epsilon`` (inf: the model and soft predictions carry no noise), and what the
+        representation releases spent, ``epsilon_knowledge``, for the client that released most
+        (R Gaussian releases composed by the accountant, q = 1); ``knowledge_classes_shared``."""
+        metrics = super().privacy_metrics()
+        p = self.params
+        assert isinstance(p, FedHKDParams)
+        most = max(getattr(self, "releases", [0]) or [0])
+        mech = self.mechanism(self._latent_dim())
+        sigma = mech.accounted_multiplier(self._latent_dim()) if mech is not None else 0.0
+        metrics["epsilon_knowledge"] = (
+            compute_epsilon([(sigma, 1.0, most)], p.delta) if most else 0.0
+        )
+        metrics["knowledge_classes_shared"] = float(getattr(self, "_classes_shared", 0))
+        return metrics
+
+    def privacy_tags(self) -> dict[str, str]:
+        """``dp_guarantee: none`` (no formal guarantee for the run) and, when the knowledge is
+        noised, the relation ``epsilon_knowledge`` is stated under."""
+        tags = super().privacy_tags()
+        if self.params.sigma > 0:  # type: ignore[attr-defined]
+            tags["dp_relation"] = RELATION
+        return tags
+
+    def state_dict(self) -> dict[str, Any]:
+        return super().state_dict() | {
+            "knowledge": None
+            if self.knowledge is None
+            else {k: v.clone() for k, v in self.knowledge.items()},
+            "releases": list(self.releases),
+            "classes_shared": self._classes_shared,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.knowledge = state["knowledge"]
+        self.releases = list(state["releases"])
+        self._classes_shared = int(state["classes_shared"])
+
+    # ------------------------------------------------------------------ client
+    def local_update(
+        self, data: ClientData, task: ClientTask, generator: torch.Generator
+    ) -> ClientResult:
+        p = self.params
+        assert isinstance(p, FedHKDParams)
+        model = self.client_model()
+        weights = {k: v for k, v in task.payload.items() if not k.startswith("knowledge.")}
+        model.load_state_dict(weights, strict=False)
+        knowledge = (
+            {k: task.payload[k].to(self.device) for k in KNOWLEDGE[:3]}
+            if "knowledge.mask" in task.payload
+            else None
+        )
+        metrics = self.client_eval(task, model, data, before=True)
+
+        def loss_fn(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return hkd_loss(m, x, y, knowledge, lam=p.lam, gamma=p.gamma, temperature=p.temperature)
+
+        opt = self.local_optimizer(model.parameters(), round=task.round)
+        metrics["train_loss"] = self.run_epochs(model, data, opt, generator, loss_fn=loss_fn)
+        metrics |= self.client_eval(task, model, data)
+        state = model.state_dict()
+        upload = {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
+        images = normalize(data.train.images, data.info).to(self.device)
+        upload |= local_knowledge(
+            model,
+            images,
+            data.train.labels,
+            num_classes=data.info.num_classes,
+            temperature=p.temperature,
+            nu=p.nu,
+            mechanism=self.mechanism(int(model.head.in_features)),  # type: ignore[union-attr]
+            generator=generator,
+        )
+        return ClientResult(task.client_id, len(data.train), upload, None, metrics)
+
+
+@ALGORITHMS.register("fedhkd_star")
+class FedHKDStar(FedHKD):
+    """FedHKD* (the paper's ablation): gamma = 0, no representation term."""
+
+    name = "fedhkd_star"
+    Params = FedHKDStarParams
