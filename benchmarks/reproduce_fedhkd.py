@@ -1,0 +1,266 @@
+"""Check FedHKD's claims on Fashion-MNIST as trends, in resumable chunks (issue 25 section 4).
+
+The paper (Chen & Vikalo, ICLR 2023) has no FMNIST numbers, so its claims are checked as trends on
+FMNIST with the FedHKD CNN (``sweeps/configs/fedhkd/fmnist_<method>.yaml``: 600 records a client
+split 75/25, Adam lr 1e-3 halved every 10 rounds, batch 64, 5 local epochs, 50 rounds, every
+client every round), in the settings
+
+- ``n10-b0.2``, ``n10-b0.5``, ``n10-b5``: 10 clients at Dirichlet beta 0.2, 0.5, 5;
+- ``n20-b0.5``, ``n50-b0.5``: 20 and 50 clients at beta 0.5.
+
+Each run lives in ``OUT/<setting>-<method>[-<label>]-s<seed>/`` (default OUT:
+``~/.cache/fedsweep-runs/fedhkd``) and is resumable exactly as benchmarks/reproduce_table1.py's
+(``--max-minutes``, ``--checkpoint-every``, ``--until-round``; benchmarks/_runs.py). ``--set
+algorithm_params.sigma=0 --label sigma0`` runs a variant (the noise study: sigma 0, 7, 20).
+Needs flcore only (no Ray, MLflow or Optuna): it runs on a GPU machine with PyTorch alone.
+
+The output is one JSON object: per run, local accuracy (``accuracy``: each client's model after
+local training on its own test records, the paper's "local accuracy"), global accuracy
+(``global_accuracy``: the aggregated model on the whole test set, the paper's "global accuracy"),
+bytes uploaded per client and round, ``knowledge_classes_shared`` and ``epsilon_knowledge`` where
+the method has them, and the seconds spent. ``--summary`` prints the markdown table of OUT (means
+± std over seeds) and which of the paper's five claims the runs support.
+
+    .venv/bin/python benchmarks/reproduce_fedhkd.py --settings n10-b0.5 --seeds 0 1 2
+    .venv/bin/python benchmarks/reproduce_fedhkd.py --summary
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import machine  # noqa: E402
+from _runs import resume_run, runs_dir  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "sweeps" / "configs" / "fedhkd"
+METHODS = (
+    "fedavg",
+    "fedprox",
+    "moon",
+    "fedproto",
+    "fedmd",
+    "fedgen",
+    "fedalign",
+    "fedhkd_star",
+    "fedhkd",
+)
+#: setting name -> (clients, Dirichlet beta)
+SETTINGS: dict[str, tuple[int, float]] = {
+    "n10-b0.2": (10, 0.2),
+    "n10-b0.5": (10, 0.5),
+    "n10-b5": (10, 5.0),
+    "n20-b0.5": (20, 0.5),
+    "n50-b0.5": (50, 0.5),
+}
+_RUN = re.compile(r"^(?P<setting>n\d+-b[\d.]+)-(?P<name>.+)-s(?P<seed>\d+)$")
+
+
+def config_path(method: str) -> Path:
+    return CONFIGS / f"fmnist_{method}.yaml"
+
+
+def _pct(value: Any) -> float | None:
+    return None if value is None else round(100.0 * float(value), 2)
+
+
+def run_one(
+    method: str, setting: str, seed: int, args: argparse.Namespace, deadline: float
+) -> dict[str, Any]:
+    """Run (or resume, or only read) one run; returns its JSON record."""
+    from flcore.config import load_config
+
+    clients, beta = SETTINGS[setting]
+    over = [
+        f"seed={seed}",
+        f"workers={args.workers}",
+        f"num_clients={clients}",
+        f"partition.beta={beta}",
+    ]
+    if args.rounds is not None:
+        over.append(f"rounds={args.rounds}")
+    cfg = load_config(config_path(method), [*over, *args.set])
+    label = f"-{args.label}" if args.label else ""
+    run_dir = Path(args.out) / f"{setting}-{method}{label}-s{seed}"
+    engine, summary, spent = resume_run(
+        cfg,
+        run_dir,
+        checkpoint_every=args.checkpoint_every,
+        deadline=deadline,
+        until_round=args.until_round,
+    )
+    done = max(1, engine.round)
+    return {
+        "run": run_dir.name,
+        "method": method,
+        "setting": setting,
+        "overrides": args.set,
+        "seed": seed,
+        "rounds": engine.rounds,
+        "rounds_done": engine.round,
+        "ended": engine.finished,
+        "accuracy": _pct(summary.get("accuracy")),
+        "global_accuracy": _pct(summary.get("global_accuracy")),
+        "bytes_up_per_client_round": summary.get("bytes_up", 0.0) / done / cfg.num_clients,
+        "knowledge_classes_shared": summary.get("knowledge_classes_shared"),
+        "epsilon_knowledge": summary.get("epsilon_knowledge"),
+        "epsilon": summary.get("epsilon"),
+        "seconds": round(spent, 1),
+    }
+
+
+def read_runs(out: Path) -> list[dict[str, Any]]:
+    """Every ended or stopped run folder under ``out`` with a ``summary.json``."""
+    runs = []
+    for folder in sorted(out.iterdir()) if out.is_dir() else []:
+        m = _RUN.match(folder.name)
+        summary_file = folder / "summary.json"
+        if m is None or not summary_file.is_file() or m["setting"] not in SETTINGS:
+            continue
+        name = m["name"]
+        method = next((x for x in sorted(METHODS, key=len, reverse=True) if name.startswith(x)), "")
+        if not method or (name != method and not name.startswith(method + "-")):
+            continue
+        runs.append(
+            {
+                "setting": m["setting"],
+                "method": method,
+                "label": name[len(method) + 1 :],
+                "seed": int(m["seed"]),
+                "summary": json.loads(summary_file.read_text()),
+            }
+        )
+    return runs
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    return f"{mean:.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else f"{mean:.2f}"
+
+
+def _group(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, list[float]]]:
+    """(setting, method, label) -> metric -> per-seed values (accuracies in %)."""
+    out: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    for r in runs:
+        cell = out.setdefault((r["setting"], r["method"], r["label"]), {})
+        s = r["summary"]
+        for key in ("accuracy", "global_accuracy"):
+            if s.get(key) is not None:
+                cell.setdefault(key, []).append(100.0 * float(s[key]))
+        cell.setdefault("rounds", []).append(float(s.get("rounds", 0)))
+    return out
+
+
+def summary_table(runs: list[dict[str, Any]]) -> str:
+    """Markdown: one row per (setting, method, label), means ± std over seeds."""
+    groups = _group(runs)
+    lines = [
+        "| setting | method | seeds | rounds | local accuracy | global accuracy |",
+        "|---|---|---|---|---|---|",
+    ]
+    order = {m: i for i, m in enumerate(METHODS)}
+    settings = list(SETTINGS)
+    for (setting, method, label), cell in sorted(
+        groups.items(), key=lambda kv: (settings.index(kv[0][0]), order[kv[0][1]], kv[0][2])
+    ):
+        name = f"{method} ({label})" if label else method
+        rounds = ", ".join(str(int(r)) for r in sorted(set(cell["rounds"])))
+        lines.append(
+            f"| {setting} | {name} | {len(cell['rounds'])} | {rounds} "
+            f"| {_cell(cell.get('accuracy', []))} | {_cell(cell.get('global_accuracy', []))} |"
+        )
+    return "\n".join(lines)
+
+
+def claims(runs: list[dict[str, Any]]) -> list[str]:
+    """The paper's five claims, each marked supported / not supported / not measured, on the
+    seed means of the runs without a label (and the sigma variants for claim 5)."""
+    g = _group(runs)
+
+    def m(setting: str, method: str, key: str, label: str = "") -> float | None:
+        return _mean(g.get((setting, method, label), {}).get(key, []))
+
+    def verdict(ok: bool | None) -> str:
+        return "not measured" if ok is None else ("supported" if ok else "NOT supported")
+
+    out = []
+    ok1: bool | None = None
+    for s in ("n10-b0.2", "n10-b0.5"):
+        for key in ("accuracy", "global_accuracy"):
+            a, b = m(s, "fedhkd", key), m(s, "fedavg", key)
+            if a is not None and b is not None:
+                ok1 = (ok1 is not False) and a >= b
+    out.append(f"1. FedHKD >= FedAvg on both metrics at beta 0.2 and 0.5: {verdict(ok1)}")
+    s = "n10-b0.5"
+    a, b, c = (m(s, x, "accuracy") for x in ("fedhkd", "fedhkd_star", "fedproto"))
+    ok2 = None if None in (a, b, c) else (a >= b and abs(b - c) <= 1.0)  # type: ignore[operator]
+    out.append(f"2. FedHKD >= FedHKD* ~ FedProto (local, within 1 point) at {s}: {verdict(ok2)}")
+    b, c = m(s, "fedhkd_star", "global_accuracy"), m(s, "fedproto", "global_accuracy")
+    ok3 = None if None in (b, c) else b > c  # type: ignore[operator]
+    out.append(f"3. FedHKD* > FedProto (global) at {s}: {verdict(ok3)}")
+    gains = []
+    for b_setting in ("n10-b0.2", "n10-b0.5", "n10-b5"):
+        a, b = m(b_setting, "fedhkd", "global_accuracy"), m(b_setting, "fedavg", "global_accuracy")
+        gains.append(None if a is None or b is None else a - b)
+    ok4 = None if None in gains else gains[0] >= gains[1] >= gains[2]  # type: ignore[operator]
+    shown = ", ".join("-" if x is None else f"{x:+.2f}" for x in gains)
+    out.append(f"4. the gain over FedAvg (global) shrinks as beta grows ({shown}): {verdict(ok4)}")
+    a, z = m(s, "fedhkd", "accuracy"), m(s, "fedhkd", "accuracy", "sigma0")
+    ok5 = None if a is None or z is None else z - a <= 1.0
+    out.append(f"5. sigma 7 costs at most 1 point (local) against sigma 0 at {s}: {verdict(ok5)}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--settings", nargs="+", default=["n10-b0.5"], choices=list(SETTINGS))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--rounds", type=int, default=None, help="rounds (default: the config's 50)")
+    ap.add_argument("--out", default=str(runs_dir("fedhkd")))
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--checkpoint-every", type=int, default=5)
+    ap.add_argument("--max-minutes", type=float, default=float("inf"))
+    ap.add_argument("--set", action="append", default=[], help="key=value for every run")
+    ap.add_argument("--label", default="", help="names the --set variant in run folders")
+    ap.add_argument("--until-round", type=int, default=None, help="stop after this round")
+    ap.add_argument("--summary", action="store_true", help="print the table and the claims")
+    args = ap.parse_args(argv)
+    if args.set and not args.label:
+        ap.error("--set needs --label (the variant's name in the run folders)")
+    if args.summary:
+        runs = read_runs(Path(args.out))
+        print(summary_table(runs))
+        print()
+        print("\n".join(claims(runs)))
+        return
+    missing = [str(config_path(m)) for m in args.methods if not config_path(m).is_file()]
+    if missing:
+        ap.error(f"no config: {', '.join(missing)}")
+    deadline = time.time() + args.max_minutes * 60
+    runs = [
+        run_one(m, s, seed, args, deadline)
+        for s in args.settings
+        for m in args.methods
+        for seed in args.seeds
+    ]
+    print(json.dumps({"machine": machine(), "runs": runs}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
