@@ -62,3 +62,17 @@ def test_a_tiny_run_stops_resumes_ends_and_summarises(data_root: Path, tmp_path:
     assert rows == [1, 2]
     # labelled variants are shown in the table, and claims they do not cover stay unmeasured
     assert "fedhkd (tiny)" in result["summary"] and "not measured" in result["summary"]
+
+
+def test_a_claim_needs_three_seeds_and_a_difference_beyond_the_noise() -> None:
+    import runpy
+
+    compare = runpy.run_path(str(SCRIPT), run_name="reproduce")["compare"]
+    assert compare([], [1.0], ">=")[0] == "not measured"
+    assert compare([90.0], [80.0], ">=")[0] == "inconclusive"  # one seed decides nothing
+    assert compare([90.0, 90.5, 89.5], [80.0, 80.5, 79.5], ">=")[0] == "supported"
+    assert compare([80.0, 80.5, 79.5], [90.0, 90.5, 89.5], ">=")[0] == "NOT supported"
+    # a 0.3-point difference inside seed noise of about 2 points decides nothing
+    assert compare([88.0, 90.0, 92.0], [88.0, 89.5, 91.6], ">")[0] == "inconclusive"
+    assert compare([85.0, 85.5, 84.5], [84.5, 84.8, 84.2], "~")[0] == "supported"
+    assert compare([88.0, 88.5, 87.5], [85.0, 85.5, 84.5], "~")[0] == "NOT supported"
