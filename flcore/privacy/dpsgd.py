@@ -89,6 +89,15 @@ class DPSGD:
         std = self.noise_multiplier * self.clip
 
         def backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn) -> torch.Tensor:  # type: ignore[no-untyped-def]
+            from flcore.algorithms.training import cross_entropy
+
+            if loss_fn is not cross_entropy:
+                # per-sample gradients here are of the cross-entropy: another objective's extra
+                # terms would be silently dropped from the private step
+                raise NotImplementedError(
+                    "DP-SGD clips per-sample gradients of the cross-entropy only; this "
+                    f"algorithm trains another objective ({getattr(loss_fn, '__name__', loss_fn)})"
+                )
             named = [(k, p) for k, p in model.named_parameters() if p.requires_grad]
             if len(y):
                 summed = clip_per_sample(per_sample_gradients(model, x, y), self.clip)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -84,3 +85,28 @@ def test_noise_has_the_expected_scale(fmnist) -> None:  # type: ignore[no-untype
     expected = lr * sigma * clip / 50
     assert abs(float(diff.std()) / expected - 1) < 0.02, (float(diff.std()), expected)
     assert abs(float(diff.mean())) < 0.02 * expected
+
+
+def test_dpsgd_refuses_an_objective_it_would_not_clip(fmnist) -> None:  # type: ignore[no-untyped-def]
+    # per-sample gradients are of the cross-entropy: an added term would vanish silently
+    data = ArrayDataset(fmnist.train.images[:20], fmnist.train.labels[:20])
+    model = build_model("cnn_fmnist", num_classes=10, in_channels=1)
+    dp = DPSGD(1.0, 1.0, batch_size=10)
+    gen = torch.Generator().manual_seed(0)
+
+    def with_penalty(m, x, y):  # type: ignore[no-untyped-def]
+        return F.cross_entropy(m(x), y) + sum(p.pow(2).sum() for p in m.parameters())
+
+    with pytest.raises(NotImplementedError, match="cross-entropy only"):
+        train_epochs(
+            model,
+            data,
+            fmnist.info,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            epochs=1,
+            batch_size=10,
+            generator=gen,
+            sampler=dp.batches,
+            backward=dp.make_backward(20, gen),
+            loss_fn=with_penalty,
+        )
