@@ -115,6 +115,8 @@ def run_one(
         "epsilon_knowledge": summary.get("epsilon_knowledge"),
         "epsilon": summary.get("epsilon"),
         "seconds": round(spent, 1),
+        # the knowledge inversion's scores when the run carries a knowledge_attack
+        **{k: v for k, v in summary.items() if k.startswith("knowledge_") and v is not None},
     }
 
 
