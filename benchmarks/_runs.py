@@ -86,3 +86,34 @@ def truncate_log(log: Path, rounds_done: int) -> None:
     keep = [line for line in rows if json.loads(line)["round"] <= rounds_done]
     if len(keep) != len(rows):
         log.write_text("".join(line + "\n" for line in keep))
+
+
+def add_run_options(ap: Any, out: str, *, rounds_help: str, summary_help: str) -> None:
+    """The options every resumable reproduction script takes: seeds, rounds, where runs live,
+    workers, checkpointing and stopping, ``--set`` variants with their ``--label``, and
+    ``--summary``."""
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--rounds", type=int, default=None, help=rounds_help)
+    ap.add_argument("--out", default=str(runs_dir(out)))
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--checkpoint-every", type=int, default=5)
+    ap.add_argument("--max-minutes", type=float, default=float("inf"))
+    ap.add_argument("--set", action="append", default=[], help="key=value for every run")
+    ap.add_argument("--label", default="", help="names the --set variant in run folders")
+    ap.add_argument(
+        "--until-round",
+        type=int,
+        default=None,
+        help="stop (with a checkpoint) after this round; the run stays a --rounds run",
+    )
+    ap.add_argument("--summary", action="store_true", help=summary_help)
+
+
+def seed_cell(values: list[float]) -> str:
+    """A markdown cell: the mean over seeds, ``± std`` when there are several, ``-`` for none."""
+    import statistics
+
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    return f"{mean:.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else f"{mean:.2f}"

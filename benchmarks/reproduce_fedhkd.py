@@ -39,7 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine  # noqa: E402
-from _runs import resume_run, runs_dir  # noqa: E402
+from _runs import add_run_options, resume_run, seed_cell  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "sweeps" / "configs" / "fedhkd"
@@ -144,13 +144,6 @@ def read_runs(out: Path) -> list[dict[str, Any]]:
     return runs
 
 
-def _cell(values: list[float]) -> str:
-    if not values:
-        return "-"
-    mean = statistics.fmean(values)
-    return f"{mean:.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else f"{mean:.2f}"
-
-
 def _group(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, list[float]]]:
     """(setting, method, label) -> metric -> per-seed values (accuracies in %)."""
     out: dict[tuple[str, str, str], dict[str, list[float]]] = {}
@@ -180,7 +173,8 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
         rounds = ", ".join(str(int(r)) for r in sorted(set(cell["rounds"])))
         lines.append(
             f"| {setting} | {name} | {len(cell['rounds'])} | {rounds} "
-            f"| {_cell(cell.get('accuracy', []))} | {_cell(cell.get('global_accuracy', []))} |"
+            f"| {seed_cell(cell.get('accuracy', []))} "
+            f"| {seed_cell(cell.get('global_accuracy', []))} |"
         )
     return "\n".join(lines)
 
@@ -268,16 +262,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--settings", nargs="+", default=["n10-b0.5"], choices=list(SETTINGS))
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
-    ap.add_argument("--rounds", type=int, default=None, help="rounds (default: the config's 50)")
-    ap.add_argument("--out", default=str(runs_dir("fedhkd")))
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--checkpoint-every", type=int, default=5)
-    ap.add_argument("--max-minutes", type=float, default=float("inf"))
-    ap.add_argument("--set", action="append", default=[], help="key=value for every run")
-    ap.add_argument("--label", default="", help="names the --set variant in run folders")
-    ap.add_argument("--until-round", type=int, default=None, help="stop after this round")
-    ap.add_argument("--summary", action="store_true", help="print the table and the claims")
+    add_run_options(
+        ap,
+        "fedhkd",
+        rounds_help="rounds (default: the config's 50)",
+        summary_help="print the table and the claims",
+    )
     args = ap.parse_args(argv)
     if args.set and not args.label:
         ap.error("--set needs --label (the variant's name in the run folders)")

@@ -50,7 +50,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine  # noqa: E402
-from _runs import resume_run, runs_dir  # noqa: E402
+from _runs import add_run_options, resume_run, seed_cell  # noqa: E402
 
 from analysis.paper import PA3DFL_FMNIST  # noqa: E402
 
@@ -159,13 +159,6 @@ def read_runs(out: Path) -> list[dict[str, Any]]:
     return runs
 
 
-def _cell(values: list[float]) -> str:
-    if not values:
-        return "-"
-    mean = statistics.fmean(values)
-    return f"{mean:.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else f"{mean:.2f}"
-
-
 def summary_table(runs: list[dict[str, Any]]) -> str:
     """Markdown: one row per (method, setting, label, rounds), means over seeds."""
     groups: dict[tuple[str, str, str, int], list[dict[str, Any]]] = {}
@@ -189,18 +182,25 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
         done = sorted({int(g["summary"].get("rounds", 0)) for g in group})
         paper = PA3DFL_FMNIST[setting].get(method)
         comparable = rounds == 500 and not label
+        # a run still under way (neither its last round nor its early stop) is no result yet
+        ended = all(
+            int(g["summary"].get("rounds", 0)) >= rounds or g["summary"].get("early_stopped")
+            for g in group
+        )
         diff = (
-            f"{statistics.fmean(ours) - paper:+.2f}"
-            if comparable and ours and paper is not None
-            else "n/a (not the paper's setting)"
+            "n/a (not the paper's setting)"
             if not comparable
+            else "n/a (run not ended)"
+            if not ended
+            else f"{statistics.fmean(ours) - paper:+.2f}"
+            if ours and paper is not None
             else "-"
         )
         name = f"{method} ({label})" if label else method
         lines.append(
             f"| {name} | {setting} | {rounds} (ran {', '.join(map(str, done))}) | {len(group)} "
-            f"| {_cell(ours)} ({metric}) | {paper if paper is not None else '-'} | {diff} "
-            f"| {_cell(worst)} |"
+            f"| {seed_cell(ours)} ({metric}) | {paper if paper is not None else '-'} | {diff} "
+            f"| {seed_cell(worst)} |"
         )
     return "\n".join(lines)
 
@@ -209,23 +209,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=SETTINGS)
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
-    ap.add_argument(
-        "--rounds", type=int, default=None, help="rounds per run (default: the config's 500)"
+    add_run_options(
+        ap,
+        "pa3dfl",
+        rounds_help="rounds per run (default: the config's 500)",
+        summary_help="print the markdown table of OUT",
     )
-    ap.add_argument("--out", default=str(runs_dir("pa3dfl")))
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--checkpoint-every", type=int, default=5)
-    ap.add_argument("--max-minutes", type=float, default=float("inf"))
-    ap.add_argument("--set", action="append", default=[], help="key=value for every run")
-    ap.add_argument("--label", default="", help="names the --set variant in run folders")
-    ap.add_argument(
-        "--until-round",
-        type=int,
-        default=None,
-        help="stop (with a checkpoint) after this round; the run stays a --rounds run",
-    )
-    ap.add_argument("--summary", action="store_true", help="print the markdown table of OUT")
     args = ap.parse_args(argv)
     if args.set and not args.label:
         ap.error("--set needs --label (the variant's name in the run folders)")

@@ -90,3 +90,19 @@ def test_a_tiny_run_stops_resumes_ends_and_summarises(data_root: Path, tmp_path:
     assert cells[1:4] == ["hetero", "2 (ran 2)", "1"]
     assert cells[4] == f"{second['accuracy']:.2f} (accuracy)"
     assert cells[5] == "74.98" and cells[6] == "n/a (not the paper's setting)"
+
+
+def test_the_summary_compares_only_ended_runs_of_the_papers_setting() -> None:
+    import runpy
+
+    table = runpy.run_path(str(SCRIPT), run_name="reproduce")["summary_table"]
+
+    def run(rounds_done: int, label: str = "", early: float = 0.0) -> dict:
+        summary = {"rounds": rounds_done, "early_stopped": early, "accuracy": 0.9}
+        return {"setting": "hetero", "method": "pa3dfl", "label": label, "rounds": 500,
+                "seed": 0, "summary": summary}  # fmt: skip
+
+    assert "n/a (run not ended)" in table([run(114)])
+    assert "+0.45" in table([run(500)])  # 90.00 against the paper's 89.55
+    assert "+0.45" in table([run(230, early=1.0)])  # ended by early stopping
+    assert "not the paper's setting" in table([run(500, label="clip10")])
