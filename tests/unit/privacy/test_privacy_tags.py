@@ -86,3 +86,64 @@ def test_every_dp_mechanism_states_its_relation() -> None:
     # sensitivity bounded under replacement of a record / a client's data
     assert _dp("gaussian").relation == "replace-one"
     assert _dp("perturbation").relation == "replace-one"
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "mechanism"),
+    [
+        (name, mech)
+        for name in ALGORITHMS.names()
+        for mech in sorted(ALGORITHMS.get(name).privacy_mechanisms)
+    ],
+)
+def test_every_dp_run_is_tagged_with_its_guarantee_and_relation(
+    algorithm: str, mechanism: str
+) -> None:
+    tags = _tags(algorithm, _dp(mechanism))
+    assert tags["dp_guarantee"] in ("isrl", "client-level", "shared-only")
+    assert tags["dp_relation"] == _dp(mechanism).relation
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "reference", "privacy"),
+    [
+        ("fedprox", "dp_fedavg", {"mechanism": "dpsgd", "noise_multiplier": 1.0, "clip": 1.0}),
+        ("moon", "dp_fedavg_client", {"mechanism": "client", "noise_multiplier": 0.8, "clip": 1.0}),
+        (
+            "fedalign",
+            "dp_fedavg_client",
+            {"mechanism": "client", "noise_multiplier": 0.8, "clip": 1.0},
+        ),
+    ],
+)
+def test_fedhkd_baselines_spend_exactly_their_mechanisms_epsilon(
+    data_root, algorithm: str, reference: str, privacy: dict
+) -> None:  # type: ignore[no-untyped-def]
+    # The same data, sampling and mechanism as the DP-FedAvg variant whose accountant is tested
+    # against the library: the epsilon (and its tags) must be the same
+    from flcore.config import validate_config
+    from flcore.experiment import build_engine
+
+    def run(name: str) -> tuple[float, dict[str, str]]:
+        raw = {
+            "algorithm": name,
+            "data_root": str(data_root),
+            "num_clients": 4,
+            "samples_per_client": 40,
+            "rounds": 2,
+            "local_epochs": 1,
+            "batch_size": 20,
+            "client_fraction": 0.5,
+            "global_test_per_class": 10,
+            "workers": 1,
+            "privacy": privacy,
+        }
+        engine = build_engine(validate_config(raw))
+        out = engine.run()
+        return out["epsilon"], engine.algorithm.privacy_tags()
+
+    eps, tags = run(algorithm)
+    ref_eps, ref_tags = run(reference)
+    assert 0 < eps < float("inf")
+    assert eps == pytest.approx(ref_eps, rel=1e-9)
+    assert tags == ref_tags
