@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 import torch
 
-__all__ = ["WeightedMean"]
+__all__ = ["PrototypeMean", "WeightedMean"]
 
 
 class WeightedMean:
@@ -46,3 +47,33 @@ class WeightedMean:
         if not self.count:
             raise ValueError("no client was aggregated this round")
         return {k: (s / self.total_weight).to(self._dtypes[k]) for k, s in self._sum.items()}
+
+
+class PrototypeMean:
+    """Streams ``sum_i w_i^j C_i^j / sum_i w_i^j`` per class over clients' knowledge uploads;
+    ``w_i^j = N_i^j`` (``count``) or 1 (``mean``) where client i shares class j, else 0."""
+
+    def __init__(self, weighting: Literal["count", "mean"]) -> None:
+        self.weighting = weighting
+        self._sum: torch.Tensor | None = None
+        self._weight: torch.Tensor | None = None
+
+    def add(self, rep: torch.Tensor, mask: torch.Tensor, counts: torch.Tensor) -> None:
+        shared = (mask > 0) & (counts > 0)
+        w = counts.double() if self.weighting == "count" else torch.ones_like(counts.double())
+        w = torch.where(shared, w, torch.zeros_like(w))
+        part = rep.double() * w.unsqueeze(1)
+        if self._sum is None or self._weight is None:
+            self._sum, self._weight = part, w
+        else:
+            self._sum, self._weight = self._sum + part, self._weight + w
+
+    def result(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(prototypes [K, d], mask [K])`` float32, zero rows where no client shared the
+        class; None when nothing was added."""
+        if self._sum is None or self._weight is None:
+            return None
+        held = self._weight > 0
+        protos = self._sum / self._weight.clamp(min=1e-300).unsqueeze(1)
+        protos = torch.where(held.unsqueeze(1), protos, torch.zeros_like(protos))
+        return protos.float(), held.float()

@@ -69,6 +69,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from flcore.algorithms.aggregate import PrototypeMean
 from flcore.algorithms.base import (
     ALGORITHMS,
     AlgorithmParams,
@@ -162,36 +163,27 @@ def local_knowledge(
 
 
 class KnowledgeSum:
-    """Eq. 9, streamed: per class the count-weighted sums of the shared representations and
-    soft predictions, ``p_i = N_i^j / N^j`` over the clients that shared class j."""
+    """Eq. 9, streamed: per class the count-weighted means of the shared representations and
+    soft predictions, ``p_i = N_i^j / N^j`` over the clients that shared class j (two
+    :class:`~flcore.algorithms.aggregate.PrototypeMean`, as FedProto's prototypes)."""
 
     def __init__(self) -> None:
-        self.rep: torch.Tensor | None = None
-        self.soft: torch.Tensor | None = None
-        self.count: torch.Tensor | None = None
+        self._rep = PrototypeMean("count")
+        self._soft = PrototypeMean("count")
+        self.empty = True
 
     def add(self, knowledge: Mapping[str, torch.Tensor]) -> None:
-        n = knowledge["knowledge.counts"].to(torch.float64) * knowledge["knowledge.mask"]
-        rep = knowledge["knowledge.rep"].to(torch.float64) * n[:, None]
-        soft = knowledge["knowledge.soft"].to(torch.float64) * n[:, None]
-        if self.rep is None:
-            self.rep, self.soft, self.count = rep, soft, n
-        else:
-            assert self.soft is not None and self.count is not None
-            self.rep, self.soft, self.count = self.rep + rep, self.soft + soft, self.count + n
+        mask, counts = knowledge["knowledge.mask"], knowledge["knowledge.counts"]
+        self._rep.add(knowledge["knowledge.rep"], mask, counts)
+        self._soft.add(knowledge["knowledge.soft"], mask, counts)
+        self.empty = False
 
     def result(self) -> TensorDict:
         """The global knowledge: ``rep``, ``soft`` and ``mask`` (1 where some client shared)."""
-        if self.rep is None:
+        rep, soft = self._rep.result(), self._soft.result()
+        if rep is None or soft is None:
             raise ValueError("no knowledge was added")
-        assert self.soft is not None and self.count is not None
-        mask = self.count > 0
-        denom = self.count.clamp(min=1e-12)[:, None]
-        return {
-            "knowledge.rep": torch.where(mask[:, None], self.rep / denom, 0.0).float(),
-            "knowledge.soft": torch.where(mask[:, None], self.soft / denom, 0.0).float(),
-            "knowledge.mask": mask.float(),
-        }
+        return {"knowledge.rep": rep[0], "knowledge.soft": soft[0], "knowledge.mask": rep[1]}
 
 
 def hkd_loss(
@@ -277,7 +269,7 @@ class FedHKD(FedAvg):
     def end_round(self, round: int) -> None:
         super().end_round(round)
         assert self._ksum is not None
-        self.knowledge = self._ksum.result() if self._ksum.rep is not None else None
+        self.knowledge = None if self._ksum.empty else self._ksum.result()
         self._ksum = None
         mask = self.knowledge["knowledge.mask"] if self.knowledge is not None else None
         self._classes_shared = int(mask.sum()) if mask is not None else 0

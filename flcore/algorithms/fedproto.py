@@ -65,6 +65,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from flcore.algorithms.aggregate import PrototypeMean
 from flcore.algorithms.base import (
     ALGORITHMS,
     AlgorithmParams,
@@ -81,7 +82,6 @@ __all__ = [
     "FedProto",
     "FedProtoParams",
     "KNOWLEDGE_PREFIX",
-    "PrototypeMean",
     "client_prototypes",
     "prototype_loss",
 ]
@@ -142,36 +142,6 @@ def client_prototypes(
     h = torch.cat(reps).to("cpu", torch.float64)  # the sums do not depend on batch order
     means, counts = class_means(h, data.labels, info.num_classes)
     return means.float(), counts
-
-
-class PrototypeMean:
-    """Streams ``sum_i w_i^j C_i^j / sum_i w_i^j`` per class over clients' knowledge uploads;
-    ``w_i^j = N_i^j`` (``count``) or 1 (``mean``) where client i shares class j, else 0."""
-
-    def __init__(self, weighting: Literal["count", "mean"]) -> None:
-        self.weighting = weighting
-        self._sum: torch.Tensor | None = None
-        self._weight: torch.Tensor | None = None
-
-    def add(self, rep: torch.Tensor, mask: torch.Tensor, counts: torch.Tensor) -> None:
-        shared = (mask > 0) & (counts > 0)
-        w = counts.double() if self.weighting == "count" else torch.ones_like(counts.double())
-        w = torch.where(shared, w, torch.zeros_like(w))
-        part = rep.double() * w.unsqueeze(1)
-        if self._sum is None or self._weight is None:
-            self._sum, self._weight = part, w
-        else:
-            self._sum, self._weight = self._sum + part, self._weight + w
-
-    def result(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """``(prototypes [K, d], mask [K])`` float32, zero rows where no client shared the
-        class; None when nothing was added."""
-        if self._sum is None or self._weight is None:
-            return None
-        held = self._weight > 0
-        protos = self._sum / self._weight.clamp(min=1e-300).unsqueeze(1)
-        protos = torch.where(held.unsqueeze(1), protos, torch.zeros_like(protos))
-        return protos.float(), held.float()
 
 
 def _weights_only(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -12,8 +12,9 @@ from torch import nn
 
 import flcore.algorithms.fedproto  # noqa: F401  (registers)
 from flcore.algorithms import ClientResult
+from flcore.algorithms.aggregate import PrototypeMean
 from flcore.algorithms.base import ClientData, ClientTask
-from flcore.algorithms.fedproto import PrototypeMean, prototype_loss
+from flcore.algorithms.fedproto import prototype_loss
 from flcore.data import normalize
 from flcore.errors import ConfigError
 from flcore.executor import client_generator
