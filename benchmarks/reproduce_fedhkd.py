@@ -53,6 +53,7 @@ METHODS = (
     "fedalign",
     "fedhkd_star",
     "fedhkd",
+    "fedhkd_dp",
 )
 #: setting name -> (clients, Dirichlet beta)
 SETTINGS: dict[str, tuple[int, float]] = {

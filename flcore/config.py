@@ -82,6 +82,11 @@ class PrivacyConfig(_Strict):
     and is accounted under add/remove; ``fixed`` samples ``max(1, int(client_fraction N))``
     clients without replacement and is accounted under replace-one, by the ``rdp`` accountant
     only (flcore.privacy.client_level).
+
+    ``protect``: ``model`` (default) or ``knowledge+model``, for an algorithm that releases
+    class statistics beside its model (FedHKD): DP-SGD on local training, and the statistics
+    released as noised per-class sums and counts (noise ``algorithm_params.sigma``), every
+    release composed per client under add/remove (flcore.algorithms.fedhkd).
     """
 
     mechanism: Literal["dpsgd", "client", "gaussian", "perturbation"] = "dpsgd"
@@ -95,6 +100,11 @@ class PrivacyConfig(_Strict):
         "poisson",
         description="client-level DP: poisson (q = client_fraction, add/remove) or fixed "
         "(m clients without replacement, replace-one, rdp only)",
+    )
+    protect: Literal["model", "knowledge+model"] = Field(
+        "model",
+        description="knowledge+model: also noise the class statistics an algorithm releases "
+        "beside its model (FedHKD), composed with DP-SGD under add/remove",
     )
 
     @model_validator(mode="after")
@@ -408,6 +418,8 @@ def _check_names(cfg: ExperimentConfig) -> None:
             f"{cfg.algorithm} cannot run with {cfg.privacy.mechanism!r} (supported: {supported})",
         )
     p = cfg.privacy
+    if p is not None:
+        _check_protect(cfg, p, alg)
     fixed_size = p is not None and p.mechanism == "client" and p.client_sampling == "fixed"
     if fixed_size and p is not None and p.accountant != "rdp":
         raise ConfigError(
@@ -430,7 +442,32 @@ def _check_names(cfg: ExperimentConfig) -> None:
             "privacy",
             f"{cfg.algorithm} needs a privacy mapping, e.g. "
             f"{{mechanism: {alg.requires_privacy}, target_epsilon: 4, delta: 1e-5, "
-            f"clip: 0.04}}",
+            f"clip: 0.04{', protect: knowledge+model' if alg.side_releases else ''}}}",
+        )
+
+
+def _check_protect(cfg: ExperimentConfig, p: PrivacyConfig, alg: Any) -> None:
+    """``privacy.protect`` fits the algorithm: ``knowledge+model`` exactly for an algorithm
+    that releases class statistics beside its model, with DP-SGD; it checks its own params."""
+    if p.protect == "knowledge+model":
+        if not alg.side_releases:
+            raise ConfigError(
+                "privacy.protect",
+                f"{cfg.algorithm} releases nothing beside its model: knowledge+model is for "
+                "algorithms that also release class statistics (fedhkd, fedhkd_star)",
+            )
+        if p.mechanism != "dpsgd":
+            raise ConfigError(
+                "privacy.mechanism",
+                f"protect knowledge+model runs DP-SGD on local training, got {p.mechanism!r}",
+            )
+        alg.dp_side_release(alg.validate_params(cfg.algorithm_params))
+    elif alg.side_releases:
+        raise ConfigError(
+            "privacy.protect",
+            f"{cfg.algorithm} releases class statistics beside its model; protecting the model "
+            "alone would leave them (and their counts) outside the guarantee: set "
+            "privacy.protect: knowledge+model",
         )
 
 

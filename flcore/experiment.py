@@ -40,6 +40,7 @@ def resolve_privacy(cfg: ExperimentConfig, data: FederatedData) -> PrivacySettin
     if p is None:
         return None
     sigma = p.noise_multiplier
+    fixed: list[tuple[float, float, int]] = []
     if sigma is None:
         assert p.target_epsilon is not None
         if p.mechanism == "dpsgd":
@@ -49,6 +50,9 @@ def resolve_privacy(cfg: ExperimentConfig, data: FederatedData) -> PrivacySettin
             epochs = alg.dp_epochs(cfg.local_epochs, alg.validate_params(cfg.algorithm_params))
             steps = cfg.rounds * epochs * math.ceil(max(sizes) / cfg.batch_size)
             schedule = [(q, steps)]
+            if p.protect == "knowledge+model":  # one side release a round, at its own noise
+                side = alg.dp_side_release(alg.validate_params(cfg.algorithm_params))
+                fixed = [(side, 1.0, cfg.rounds)] if side is not None else []
         elif p.mechanism in ("gaussian", "perturbation"):
             schedule = [(1.0, cfg.rounds)]  # at most one release per client and round
         else:
@@ -69,6 +73,7 @@ def resolve_privacy(cfg: ExperimentConfig, data: FederatedData) -> PrivacySettin
             max_noise_multiplier=p.max_noise_multiplier,
             sampling="fixed" if fixed_size else "poisson",
             population=cfg.num_clients if fixed_size else None,
+            fixed=fixed,
         )
     return PrivacySettings(
         p.mechanism,
@@ -78,6 +83,7 @@ def resolve_privacy(cfg: ExperimentConfig, data: FederatedData) -> PrivacySettin
         p.accountant,
         p.target_epsilon,
         client_sampling=p.client_sampling,
+        protect=p.protect,
     )
 
 

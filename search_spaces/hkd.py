@@ -14,6 +14,16 @@ nu = 0.25, sigma = 7 and Adam at lr 1e-3; these grids put those values in the mi
 sigma is the privacy axis of a front, but a FedHKD run's ``epsilon`` is inf whatever sigma is
 (its model and soft predictions are released without noise): sigma moves only
 ``epsilon_knowledge`` and the measured leakage (``knowledge_inversion``).
+
+``fedhkd_dp`` (FedHKD under ``privacy.protect: knowledge+model``, a finite ``epsilon``) adds
+DP-SGD's knobs and keeps sigma > 0 (the knowledge must be noised):
+
+| key | values | why |
+|---|---|---|
+| ``algorithm_params.sigma`` | 2, 7, 20 | the knowledge's noise; each round's three releases cost as one Gaussian at sigma / sqrt(3) |
+| ``privacy.target_epsilon`` | 0.5 .. 32, log | the run's whole epsilon, knowledge releases included in the calibration |
+| ``privacy.delta`` | 1e-6, 1e-5 | as the DP baselines (search_spaces/dp.py) |
+| ``privacy.clip`` | 0.1 .. 10, log | per-sample clip of CE + the representation term |
 """
 
 from __future__ import annotations
@@ -22,14 +32,12 @@ from typing import Any
 
 from search_spaces.base import SPACES, param_name
 
-__all__ = ["fedhkd_space", "fedhkd_star_space"]
+__all__ = ["fedhkd_dp_space", "fedhkd_space", "fedhkd_star_space"]
 
 
-def _common(trial: Any, algorithm: str) -> None:
+def _common(trial: Any, algorithm: str, sigmas: tuple[float, ...] = (0.0, 2.0, 7.0, 20.0)) -> None:
     trial.suggest_categorical(param_name(algorithm, "lr"), [3e-4, 1e-3, 3e-3])
-    trial.suggest_categorical(
-        param_name(algorithm, "algorithm_params.sigma"), [0.0, 2.0, 7.0, 20.0]
-    )
+    trial.suggest_categorical(param_name(algorithm, "algorithm_params.sigma"), list(sigmas))
     trial.suggest_categorical(param_name(algorithm, "algorithm_params.lam"), [0.01, 0.05, 0.2])
     trial.suggest_categorical(param_name(algorithm, "algorithm_params.nu"), [0.1, 0.25])
 
@@ -45,3 +53,16 @@ def fedhkd_space(trial: Any, algorithm: str = "fedhkd") -> None:
 def fedhkd_star_space(trial: Any, algorithm: str = "fedhkd_star") -> None:
     """FedHKD*: as FedHKD with gamma fixed at 0."""
     _common(trial, algorithm)
+
+
+@SPACES.register("fedhkd_dp")
+def fedhkd_dp_space(trial: Any, algorithm: str = "fedhkd_dp") -> None:
+    """FedHKD with its knowledge and model protected: FedHKD's knobs (sigma > 0) plus the
+    run's target epsilon, delta and per-sample clip."""
+    _common(trial, algorithm, (2.0, 7.0, 20.0))
+    trial.suggest_categorical(param_name(algorithm, "algorithm_params.gamma"), [0.01, 0.05, 0.2])
+    trial.suggest_categorical(param_name(algorithm, "privacy.mechanism"), ["dpsgd"])
+    trial.suggest_categorical(param_name(algorithm, "privacy.protect"), ["knowledge+model"])
+    trial.suggest_float(param_name(algorithm, "privacy.target_epsilon"), 0.5, 32.0, log=True)
+    trial.suggest_categorical(param_name(algorithm, "privacy.delta"), [1e-6, 1e-5])
+    trial.suggest_float(param_name(algorithm, "privacy.clip"), 0.1, 10.0, log=True)

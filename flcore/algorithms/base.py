@@ -206,6 +206,9 @@ class Algorithm(ABC):
     capacity_aware: ClassVar[bool] = False
     #: needs the public set (``public_samples``) that every client sees (FedMD)
     requires_public: ClassVar[bool] = False
+    #: releases something beside its model each round (FedHKD's class statistics): with
+    #: DP-SGD it must run ``privacy.protect: knowledge+model`` (see :meth:`dp_side_release`)
+    side_releases: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -247,6 +250,14 @@ class Algorithm(ABC):
         """Epochs of DP-SGD a client runs over its records per round: what record-level
         accounting composes and what the noise is calibrated for. Default: ``local_epochs``."""
         return local_epochs
+
+    @classmethod
+    def dp_side_release(cls, params: AlgorithmParams) -> float | None:
+        """Under ``privacy.protect: knowledge+model``, the noise multiplier (relative to its
+        add/remove sensitivity) of what a client releases beside its model in each round it
+        takes part, composed into its accountant; None for an algorithm that releases nothing
+        else. Raises :class:`ConfigError` when ``params`` allow no guarantee."""
+        return None
 
     def dp_guarantee(self) -> str:
         """What this run's ``epsilon`` guarantees (the ``dp_guarantee`` tag of its runs):

@@ -45,6 +45,7 @@ from flcore.algorithms.base import (
     ClientTask,
     seeded,
 )
+from flcore.algorithms.training import LossFn
 from flcore.errors import ConfigError
 from flcore.privacy.client_level import ClientLevelDP
 from flcore.privacy.dpsgd import DPSGD
@@ -225,20 +226,23 @@ class FedAvg(Algorithm):
         epochs: int | None = None,
         private: bool = True,
         round: int | None = None,
+        loss_fn: LossFn | None = None,
     ) -> float:
         """``epochs`` (default E) epochs on the client's data, with DP-SGD when the run's
         mechanism is ``dpsgd`` and ``private``. Only parameters with ``requires_grad`` train
-        (and are clipped). A hook for variants: ``optimizer`` replaces the configured one."""
+        (and are clipped). Hooks for variants: ``optimizer`` replaces the configured one,
+        ``loss_fn`` the cross-entropy (under DP-SGD a
+        :class:`~flcore.privacy.dpsgd.SplitObjective`)."""
         t = self.training
         opt = optimizer
         if opt is None:
             opt = self.local_optimizer(
                 (p for p in model.parameters() if p.requires_grad), round=round
             )
-        hooks = {}
+        hooks: dict[str, Any] = {} if loss_fn is None else {"loss_fn": loss_fn}
         if private and self.privacy is not None and self.privacy.mechanism == "dpsgd":
             dp = DPSGD(self.privacy.noise_multiplier, self.privacy.clip, t.batch_size)
-            hooks = {
+            hooks |= {
                 "sampler": dp.batches,
                 "backward": dp.make_backward(len(data.train), generator),
             }

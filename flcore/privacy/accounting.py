@@ -259,10 +259,13 @@ def calibrate_history(
     tolerance: float = 0.01,
     sampling: str = "poisson",
     population: int | None = None,
+    fixed: Sequence[Entry] = (),
 ) -> float:
     """Like :func:`calibrate_noise` for a schedule of ``(sample_rate, steps)`` phases that all
     use one noise multiplier (client-level DP with a full last round, say), accounted under
-    ``sampling`` exactly as :func:`compute_epsilon` accounts the run."""
+    ``sampling`` exactly as :func:`compute_epsilon` accounts the run. ``fixed`` entries are
+    composed too at their own noise (releases the calibrated multiplier does not set: FedHKD's
+    class statistics beside its DP-SGD)."""
     check_epsilon(target_epsilon, "target_epsilon")
     check_delta(delta)
     _check_scheme(accountant, sampling, population)
@@ -276,7 +279,7 @@ def calibrate_history(
 
     def eps(sigma: float) -> float:
         return compute_epsilon(
-            [(sigma, q, t) for q, t in schedule],
+            [(sigma, q, t) for q, t in schedule] + list(fixed),
             delta,
             accountant,
             sampling=sampling,
@@ -289,7 +292,13 @@ def calibrate_history(
             f"epsilon {target_epsilon} at delta {delta} cannot "
             f"be reached over {sum(t for _, t in schedule)} steps at sample rate(s) "
             f"{', '.join(f'{q:g}' for q, _ in schedule)} with a noise multiplier "
-            f"<= {max_noise_multiplier} (max_noise_multiplier)",
+            f"<= {max_noise_multiplier} (max_noise_multiplier)"
+            + (
+                f", beside {sum(t for _, _, t in fixed)} fixed releases that alone spend "
+                f"{compute_epsilon(fixed, delta, accountant):.3g}"
+                if fixed
+                else ""
+            ),
         )
     # Bisection keeping eps(hi) <= target; stop once eps(hi) is within tolerance of it.
     lo, hi, eps_hi = 0.0, max_noise_multiplier, eps(max_noise_multiplier)

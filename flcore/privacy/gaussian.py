@@ -16,6 +16,13 @@ of the d-dimensional mean is then ``2 zeta sqrt(d) / N_j``, so the release is a 
 mechanism with noise multiplier ``sigma / sqrt(d)`` (:meth:`GaussianMechanism.
 accounted_multiplier`): that is what the paper's noise buys for the whole vector.
 
+:meth:`GaussianMechanism.release_sums` is the add/remove form (FedHKD's ``privacy.protect:
+knowledge+model``): it releases per-class SUMS of the clipped statistic, each with noise of std
+``sigma x zeta`` (adding or removing one record moves one class sum by at most ``zeta`` in L2:
+one Gaussian mechanism at noise multiplier ``sigma``, or ``sigma / sqrt(d)`` for ``coordinate``);
+counts and means are then post-processing of noised sums (counts are the class sums of one-hot
+rows, ``zeta = 1``).
+
 Deviation, stated: like FedHKD's Lemma 1, the neighbouring relation replaces one record by
 another of the same class, so the counts ``N_j`` are treated as public. FedHKD sets sigma with
 the classic formula (:func:`~flcore.privacy.mechanisms.classic_gaussian_multiplier`), valid for
@@ -33,7 +40,7 @@ import torch
 
 from flcore.privacy.mechanisms import MECHANISMS, check_noise_and_clip
 
-__all__ = ["GaussianMechanism", "clip_rows", "clamp_coordinates", "class_means"]
+__all__ = ["GaussianMechanism", "clip_rows", "clamp_coordinates", "class_means", "class_sums"]
 
 
 def clip_rows(x: torch.Tensor, bound: float) -> torch.Tensor:
@@ -48,14 +55,20 @@ def clamp_coordinates(x: torch.Tensor, bound: float) -> torch.Tensor:
     return x.clamp(-bound, bound)
 
 
+def class_sums(x: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Per-class sums of the rows of ``x`` (zeros for a class without records)."""
+    sums = torch.zeros(num_classes, *x.shape[1:], dtype=x.dtype, device=x.device)
+    sums.index_add_(0, labels, x)
+    return sums
+
+
 def class_means(
     x: torch.Tensor, labels: torch.Tensor, num_classes: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class means of the rows of ``x`` and the per-class counts (a class without records
     has a zero mean and count 0)."""
     counts = torch.bincount(labels, minlength=num_classes)
-    sums = torch.zeros(num_classes, *x.shape[1:], dtype=x.dtype, device=x.device)
-    sums.index_add_(0, labels, x)
+    sums = class_sums(x, labels, num_classes)
     shape = (-1,) + (1,) * (x.dim() - 1)
     return sums / counts.clamp(min=1).view(shape).to(x.dtype), counts
 
@@ -115,3 +128,17 @@ class GaussianMechanism:
         shape = (-1,) + (1,) * (means.dim() - 1)
         present = (counts > 0).view(shape)
         return torch.where(present, means + noise * std.view(shape), 0.0), counts
+
+    def release_sums(
+        self,
+        x: torch.Tensor,
+        labels: torch.Tensor,
+        num_classes: int,
+        generator: torch.Generator,
+    ) -> torch.Tensor:
+        """The per-class sums of clipped ``x``, each coordinate with noise of std ``sigma x
+        zeta``: the add/remove release (module docstring). Every class gets noise, also one
+        the client lacks, so the output's shape and noise reveal nothing of which it holds."""
+        sums = class_sums(self.bound(x), labels, num_classes)
+        noise = torch.normal(0.0, 1.0, size=sums.shape, generator=generator).to(sums)
+        return sums + noise * (self.noise_multiplier * self.clip)

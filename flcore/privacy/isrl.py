@@ -4,7 +4,9 @@ Each client protects its own records against the server with DP-SGD, so each cli
 own accountant, composing only the rounds it took part in: the server chooses the clients, so
 client sampling gives no amplification. A client's round is ``epochs x ceil(n_i / B)`` steps at
 record sampling rate ``B / n_i``. The reported epsilon is the maximum over clients: the guarantee
-every client has.
+every client has. An algorithm that releases more than its model (FedHKD's class statistics
+under ``privacy.protect: knowledge+model``) composes those releases into the same client's
+accountant (:meth:`PerClientAccounting.release`), under the same add/remove relation.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ class PerClientAccounting:
             q,
             self.epochs * math.ceil(num_samples / self.batch_size),
         )
+
+    def release(self, client_id: int, noise_multiplier: float) -> None:
+        """Compose one more Gaussian release of ``client_id`` (all its records, ``q = 1``) at
+        ``noise_multiplier`` relative to its add/remove sensitivity."""
+        acc = self.accountants.setdefault(client_id, Accountant(self.settings.accountant))
+        acc.step(noise_multiplier, 1.0, 1)
 
     def epsilon(self) -> float:
         """The largest epsilon of any client (0 before any training). Clients with the same

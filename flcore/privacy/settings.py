@@ -26,6 +26,9 @@ class PrivacySettings:
     client_sampling: how client-level DP samples the clients of a round: ``poisson`` (each
         with probability ``client_fraction``, add/remove) or ``fixed`` (``m`` of them without
         replacement, replace-one). Ignored by the other mechanisms.
+    protect: ``model`` (the mechanism protects what it protects) or ``knowledge+model``
+        (FedHKD: DP-SGD on local training and the class statistics released as noised
+        sums, all composed into each client's accountant under add/remove).
     """
 
     mechanism: Mechanism
@@ -35,6 +38,7 @@ class PrivacySettings:
     accountant: str = "rdp"
     target_epsilon: float | None = None
     client_sampling: str = "poisson"
+    protect: str = "model"
 
     @property
     def relation(self) -> str:

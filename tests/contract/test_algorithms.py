@@ -74,6 +74,8 @@ def _cfg(raw: dict, algorithm: str):  # type: ignore[no-untyped-def]
     cls = ALGORITHMS.get(algorithm)
     needs = cls.requires_privacy
     extra = {"privacy": PRIVACY[needs]} if needs else {}
+    if needs and cls.side_releases:  # FedHKD's class statistics are protected with the model
+        extra["privacy"] = extra["privacy"] | {"protect": "knowledge+model"}
     extra |= CAPACITY if cls.capacity_aware else {}
     return validate_config(raw | {"algorithm": algorithm} | extra | MODEL.get(algorithm, {}))
 
@@ -112,3 +114,4 @@ def test_declared_reports_are_measured(algorithm: str, small) -> None:  # type: 
 def test_evaluation_leaves_training_unchanged(algorithm: str, small) -> None:  # type: ignore[no-untyped-def]
     cfg, data = small(algorithm)
     contract.check_evaluation_is_passive(cfg, data)
+

@@ -110,3 +110,74 @@ def test_dpsgd_refuses_an_objective_it_would_not_clip(fmnist) -> None:  # type: 
             backward=dp.make_backward(20, gen),
             loss_fn=with_penalty,
         )
+
+
+def _latent_model():  # type: ignore[no-untyped-def]
+    torch.manual_seed(4)
+    return build_model("fedhkd_cnn", num_classes=10, in_channels=1, latent_dim=8)
+
+
+def test_a_split_objective_at_sigma_0_and_no_clipping_is_its_plain_gradient(fmnist) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: a per-record term that reads the representation, a record-free term on the head;
+    # every record sampled (q = 1), no noise, a clip no gradient reaches
+    from flcore.privacy.dpsgd import SplitObjective, freeze_batchnorm
+
+    model = _latent_model()
+    x, y = _batch(fmnist, 12)
+    anchor = torch.randn(10, 8)
+
+    def per_record(m, xb, yb):  # type: ignore[no-untyped-def]
+        h = m.represent(xb)
+        return F.cross_entropy(m.head(h), yb, reduction="none") + 0.3 * (h - anchor[yb]).norm(dim=1)
+
+    def record_free(m):  # type: ignore[no-untyped-def]
+        return 0.7 * m.head(anchor).logsumexp(1).mean()
+
+    objective = SplitObjective(per_record, record_free)
+    dp = DPSGD(0.0, 1e9, batch_size=12)
+    # Execute: DP-SGD's gradient, then the plain one of the same objective (BN frozen in both)
+    model.train()
+    dp.make_backward(12, torch.Generator().manual_seed(0))(model, x, y, objective)
+    private = {k: p.grad.clone() for k, p in model.named_parameters()}
+    assert not model.features.norm.training  # DP-SGD froze the latent's BatchNorm
+    model.zero_grad()
+    model.train()
+    freeze_batchnorm(model)
+    objective(model, x, y).backward()
+    # Assert: the same gradient, the record-free term included
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(private[k], p.grad, rtol=1e-4, atol=1e-6)
+    assert private["head.weight"].abs().sum() > 0
+
+
+def test_dpsgd_leaves_batchnorm_running_statistics_untouched(fmnist) -> None:  # type: ignore[no-untyped-def]
+    # running statistics from the records would leave the client unnoised with the model
+    model = _latent_model()
+    before = {k: b.clone() for k, b in model.named_buffers()}
+    data = ArrayDataset(fmnist.train.images[:64], fmnist.train.labels[:64])
+    dp = DPSGD(1.0, 1.0, batch_size=16)
+    gen = torch.Generator().manual_seed(0)
+    train_epochs(
+        model,
+        data,
+        fmnist.info,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        epochs=1,
+        batch_size=16,
+        generator=gen,
+        sampler=dp.batches,
+        backward=dp.make_backward(64, gen),
+    )
+    for k, b in model.named_buffers():
+        torch.testing.assert_close(b, before[k], rtol=0, atol=0)
+    # while plain training moves them: the check above can fail
+    train_epochs(
+        model,
+        data,
+        fmnist.info,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        epochs=1,
+        batch_size=16,
+        generator=gen,
+    )
+    assert not torch.equal(model.features.norm.running_mean, before["features.norm.running_mean"])
