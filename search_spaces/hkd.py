@@ -20,8 +20,8 @@ DP-SGD's knobs and keeps sigma > 0 (the knowledge must be noised):
 
 | key | values | why |
 |---|---|---|
-| ``algorithm_params.sigma`` | 2, 7, 20 | the knowledge's noise; each round's three releases cost as one Gaussian at sigma / sqrt(3) |
-| ``privacy.target_epsilon`` | 0.5 .. 32, log | the run's whole epsilon, knowledge releases included in the calibration |
+| ``algorithm_params.sigma`` | 2, 7, 20 | knowledge noise (3 releases a round: sigma / sqrt 3) |
+| ``privacy.target_epsilon`` | 0.5 .. 32, log | the whole run's, knowledge releases counted |
 | ``privacy.delta`` | 1e-6, 1e-5 | as the DP baselines (search_spaces/dp.py) |
 | ``privacy.clip`` | 0.1 .. 10, log | per-sample clip of CE + the representation term |
 """
