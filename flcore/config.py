@@ -92,6 +92,14 @@ class PrivacyConfig(_Strict):
     mechanism: Literal["dpsgd", "client", "gaussian", "perturbation"] = "dpsgd"
     noise_multiplier: float | None = Field(None, ge=0)
     target_epsilon: float | None = Field(None, gt=0)
+    release_epsilon: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="perturbation: the paper's per-release epsilon (LoDMeta Algorithm 2: "
+        "sigma^2 = 8 M^2 ln(1.25/delta) / epsilon^2, the classic formula, epsilon < 1); the "
+        "run's epsilon is still composed by the accountant",
+    )
     delta: float = Field(1e-5, gt=0, lt=1)
     clip: float = Field(0.04, gt=0, description="per-sample (dpsgd) or per-update (client) norm")
     accountant: Literal["rdp", "prv", "pld"] = "rdp"
@@ -109,8 +117,15 @@ class PrivacyConfig(_Strict):
 
     @model_validator(mode="after")
     def _one_of(self) -> PrivacyConfig:
-        if (self.noise_multiplier is None) == (self.target_epsilon is None):
-            raise ValueError("give exactly one of noise_multiplier and target_epsilon")
+        given = [self.noise_multiplier, self.target_epsilon, self.release_epsilon]
+        if sum(v is not None for v in given) != 1:
+            raise ValueError(
+                "give exactly one of noise_multiplier, target_epsilon and release_epsilon"
+            )
+        if self.release_epsilon is not None and self.mechanism != "perturbation":
+            raise ValueError("release_epsilon is the perturbation mechanism's (LoDMeta) setting")
+        if self.mechanism == "perturbation" and not self.delta < 0.5:
+            raise ValueError(f"perturbation (LoDMeta) needs delta in (0, 1/2), got {self.delta}")
         return self
 
 
@@ -171,6 +186,43 @@ class ClientSplitConfig(_Strict):
         if abs(total - 1) > 1e-9:
             raise ValueError(f"train + val + test must be 1, got {total:g}")
         return self
+
+
+class GraphConfig(_Strict):
+    """The communication graph of a decentralized algorithm (flcore.algorithms.meta.graph):
+    LoDMeta's walk moves along its edges, L2C's clients gossip with their neighbours.
+
+    ``name``: ``watts_strogatz`` (small world: a ring where each node joins its ``k`` nearest
+    neighbours, each edge rewired with probability ``p``; a connected draw is required),
+    ``regular`` (a random ``degree``-regular graph, the paper's 3-regular expander) or ``edges``
+    (the edge list in ``path``: two client ids a line, ``#`` comments). ``walk``: the random
+    walk's transition matrix, ``simple`` (a uniform neighbour) or ``metropolis``
+    (Metropolis-Hastings: a uniform stationary distribution on any graph). A disconnected graph
+    is an error.
+    """
+
+    name: Literal["watts_strogatz", "regular", "edges"] = "regular"
+    k: int = Field(4, ge=2, description="watts_strogatz: ring neighbours each node joins")
+    p: float = Field(0.3, ge=0, le=1, description="watts_strogatz: rewiring probability")
+    degree: int = Field(3, ge=1, description="regular: each client's neighbours")
+    path: str | None = Field(None, description="edges: the edge-list file")
+    walk: Literal["simple", "metropolis"] = "simple"
+
+
+class FewShotConfig(_Strict):
+    """Few-shot clients (flcore.data.fewshot): each training client holds one N-way K-shot task
+    from the meta-training classes (``k_shot`` support, ``query`` query and ``test_query``
+    held-out records a class); ``unseen_clients`` more draw theirs from the meta-testing
+    classes and only adapt. ``train_classes`` / ``unseen_classes``: labels of the dataset
+    (default on FMNIST: 0-4 and 5-9; a few-shot dataset brings its own split)."""
+
+    n_way: int = Field(5, ge=2)
+    k_shot: int = Field(5, ge=1)
+    query: int = Field(15, ge=1)
+    test_query: int = Field(15, ge=1)
+    train_classes: list[int] | None = None
+    unseen_classes: list[int] | None = None
+    unseen_clients: int = Field(10, ge=0)
 
 
 class EarlyStoppingConfig(_Strict):
@@ -318,6 +370,12 @@ class ExperimentConfig(_Strict):
     optimizer: OptimizerConfig = OptimizerConfig()
     algorithm_params: dict[str, Any] = Field(default_factory=dict)
     privacy: PrivacyConfig | None = None
+    graph: GraphConfig | None = Field(
+        None, description="the communication graph of a decentralized algorithm (LoDMeta, L2C)"
+    )
+    fewshot: FewShotConfig | None = Field(
+        None, description="few-shot clients (meta-learning algorithms): one task a client"
+    )
     attack: AttackConfig | None = None
     knowledge_attack: KnowledgeAttackConfig | None = None
     output_dir: str = "runs"
@@ -375,9 +433,15 @@ def _check_names(cfg: ExperimentConfig) -> None:
             "algorithm",
             f"unknown algorithm {cfg.algorithm!r}; known: {', '.join(ALGORITHMS.names())}",
         )
-    if cfg.dataset not in DATASET_INFO:
+    from flcore.data.metasets import METASETS
+
+    fewshot_only = cfg.dataset in METASETS
+    if cfg.dataset not in DATASET_INFO and not fewshot_only:
+        known = sorted(DATASET_INFO) + [f"{n} (few-shot)" for n in METASETS.names()]
+        raise ConfigError("dataset", f"unknown dataset {cfg.dataset!r}; known: {', '.join(known)}")
+    if fewshot_only and cfg.fewshot is None:
         raise ConfigError(
-            "dataset", f"unknown dataset {cfg.dataset!r}; known: {', '.join(sorted(DATASET_INFO))}"
+            "dataset", f"{cfg.dataset} is a few-shot dataset: it needs a fewshot mapping"
         )
     if cfg.partition.name not in PARTITIONERS:
         raise ConfigError(
@@ -391,7 +455,7 @@ def _check_names(cfg: ExperimentConfig) -> None:
     if cfg.model_params:
         import inspect
 
-        name = cfg.model or DATASET_INFO[cfg.dataset].model
+        name = cfg.model or ("conv4" if fewshot_only else DATASET_INFO[cfg.dataset].model)
         accepted = set(inspect.signature(MODELS.get(name)).parameters) - {
             "num_classes",
             "in_channels",
@@ -402,7 +466,7 @@ def _check_names(cfg: ExperimentConfig) -> None:
                     f"model_params.{key}",
                     f"unknown key for model {name!r}; known: {', '.join(sorted(accepted))}",
                 )
-    if cfg.partition.name == "pathological":
+    if cfg.partition.name == "pathological" and not fewshot_only:
         n_cls = DATASET_INFO[cfg.dataset].num_classes
         if cfg.partition.k > n_cls:
             raise ConfigError("partition.k", f"must be <= {n_cls} classes of {cfg.dataset}")
@@ -417,6 +481,7 @@ def _check_names(cfg: ExperimentConfig) -> None:
             "privacy.mechanism",
             f"{cfg.algorithm} cannot run with {cfg.privacy.mechanism!r} (supported: {supported})",
         )
+    _check_topology(cfg, alg)
     p = cfg.privacy
     if p is not None:
         _check_protect(cfg, p, alg)
@@ -444,6 +509,42 @@ def _check_names(cfg: ExperimentConfig) -> None:
             f"{{mechanism: {alg.requires_privacy}, target_epsilon: 4, delta: 1e-5, "
             f"clip: 0.04{', protect: knowledge+model' if alg.side_releases else ''}}}",
         )
+
+
+def _check_topology(cfg: ExperimentConfig, alg: Any) -> None:
+    """A decentralized algorithm has its graph and few-shot clients; a walk moves one client a
+    step, so the server's client sampling keys mean nothing there and are refused."""
+    if alg.topology in ("walk", "gossip") and cfg.graph is None:
+        raise ConfigError(
+            "graph",
+            f"{cfg.algorithm} is decentralized: give its communication graph, e.g. "
+            "{name: regular, degree: 3} or {name: watts_strogatz, k: 4, p: 0.3}",
+        )
+    if alg.topology == "server" and cfg.graph is not None:
+        raise ConfigError("graph", f"{cfg.algorithm} has a server; it takes no graph")
+    if alg.topology == "walk":
+        for key in ("client_fraction", "full_last_round"):
+            if key in cfg.model_fields_set:
+                raise ConfigError(
+                    key,
+                    f"{cfg.algorithm} walks a graph: each step activates the one client the "
+                    "walk reaches (rounds count steps); remove this key",
+                )
+    if alg.needs_fewshot and cfg.fewshot is None:
+        raise ConfigError(
+            "fewshot",
+            f"{cfg.algorithm} meta-learns over few-shot clients: give fewshot: {{n_way: 5, "
+            "k_shot: 5}} (flcore.data.fewshot)",
+        )
+    if not alg.needs_fewshot and cfg.fewshot is not None:
+        raise ConfigError(
+            "fewshot", f"{cfg.algorithm} is not a meta-learning algorithm; remove fewshot"
+        )
+    g = cfg.graph
+    if g is not None:
+        from flcore.algorithms.meta.graph import check_graph
+
+        check_graph(g.name, cfg.num_clients, k=g.k, degree=g.degree, path=g.path)
 
 
 def _check_protect(cfg: ExperimentConfig, p: PrivacyConfig, alg: Any) -> None:
@@ -533,6 +634,15 @@ def _check_attack(cfg: ExperimentConfig, a: AttackConfig, key: str = "attack") -
     if a.name not in ATTACKS:
         raise ConfigError(
             f"{key}.name", f"unknown attack {a.name!r}; known: {', '.join(ATTACKS.names())}"
+        )
+    from flcore.algorithms import ALGORITHMS
+
+    alg = ALGORITHMS.get(cfg.algorithm)
+    if key == "attack" and not alg.attackable:
+        raise ConfigError(
+            key,
+            f"no gradient-inversion surface simulates {cfg.algorithm}'s upload yet (a MAML "
+            "meta-gradient through the inner loop): it cannot be attacked",
         )
     supported = ATTACKS.get(a.name).algorithms
     if supported is not None and cfg.algorithm not in supported:

@@ -36,7 +36,6 @@ import numpy as np
 import torch
 
 from flcore.algorithms.base import Algorithm, ClientTask, tensor_bytes
-from flcore.algorithms.training import evaluate
 from flcore.callbacks import Callback, CallbackList, RoundResult, RunInfo
 from flcore.capacity import width_label
 from flcore.data import FederatedData
@@ -215,6 +214,7 @@ class Engine:
         probe_seconds = time.perf_counter() - probe_start
         bytes_up, losses, client_s = 0, [], []
         accs: dict[str, list[float]] = {k: [] for k in (*CLIENT_ACCURACIES, *VAL_ACCURACIES)}
+        extra: dict[str, list[float]] = {k: [] for k in alg.client_metrics}
         per_client: list[tuple[int, float, float, dict[str, float]]] = []
         down = {t.client_id: float(tensor_bytes(t.payload)) for t in tasks}
         for res in executor.map(tasks):
@@ -225,35 +225,33 @@ class Engine:
             alg.accumulate(res)
             losses.append(res.metrics.get("train_loss", math.nan))
             client_s.append(res.metrics.get("client_seconds", math.nan))
-            for key, values in accs.items():
+            for key, values in (*accs.items(), *extra.items()):
                 if key in res.metrics:
                     values.append(res.metrics[key])
         alg.end_round(r)
-        global_acc = None
+        server: dict[str, float | None] = {}
         if evaluate_now:
-            model = alg.global_model()
-            if model is not None:
-                global_acc, _ = evaluate(
-                    model,
-                    self.data.global_test_set(),
-                    self.data.info,
-                    device=torch.device(self.device),
-                )
+            server = alg.evaluate_server(self.data, self.client_states, torch.device(self.device))
         seconds = time.perf_counter() - start - probe_seconds
         self.totals["bytes_up"] += bytes_up
         self.totals["bytes_down"] += bytes_down
         self.totals["seconds"] += seconds
+        units = alg.comm_units(ids)
+        if units is not None:
+            self.totals["comm_units"] = self.totals.get("comm_units", 0.0) + units
         metrics: dict[str, float | None] = {
             "round": float(r),
             "clients": float(len(ids)),
             "train_loss": _mean(losses),
+            **{k: _mean(v) for k, v in extra.items()},
             **{
                 k: _mean(v) if evaluate_now else None
                 for k, v in accs.items()
                 if k in CLIENT_ACCURACIES
             },
             **{k: _mean(v) for k, v in accs.items() if k in VAL_ACCURACIES and evaluate_now and v},
-            "global_accuracy": global_acc,
+            "global_accuracy": None,
+            **server,
             "round_bytes_up": float(bytes_up),
             "round_bytes_down": float(bytes_down),
             "round_seconds": seconds,
@@ -331,6 +329,9 @@ class Engine:
             **self.totals,
             **self.algorithm.privacy_metrics(),
         }
+        for key in sorted(self.algorithm.reports - out.keys()):
+            # what the algorithm measures on its evaluation rounds (e.g. unseen_accuracy)
+            out[key] = last_eval.metrics.get(key) if last_eval else None
         if self.early_stopping_metric is not None:
             out["rounds_completed"] = self.round
             out["best_round"] = self.best_round

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 from flcore.algorithms import ALGORITHMS, LocalTraining, ModelSpec
@@ -10,15 +11,20 @@ from flcore.callbacks import Callback
 from flcore.capacity import Capacity, make_capacity
 from flcore.config import ExperimentConfig, check_early_stopping
 from flcore.data import FederatedData, build_federated_data, load_dataset
+from flcore.data.datasets import ArrayDataset, DatasetSplits
+from flcore.data.fewshot import FewShotData, FewShotSpec, build_fewshot_data
 from flcore.engine import Engine
 from flcore.executor import AlgorithmFactory
 from flcore.privacy.accounting import calibrate_history
+from flcore.privacy.mechanisms import classic_gaussian_multiplier
 from flcore.privacy.settings import PrivacySettings
 
 __all__ = [
     "attack_probe",
     "build_capacity",
     "build_data",
+    "build_fewshot",
+    "build_graph_of",
     "build_engine",
     "check_early_stopping",
     "resolve_privacy",
@@ -41,7 +47,9 @@ def resolve_privacy(cfg: ExperimentConfig, data: FederatedData) -> PrivacySettin
         return None
     sigma = p.noise_multiplier
     fixed: list[tuple[float, float, int]] = []
-    if sigma is None:
+    if p.release_epsilon is not None:  # LoDMeta's per-release setting, the classic formula
+        sigma = classic_gaussian_multiplier(p.release_epsilon, p.delta)
+    elif sigma is None:
         assert p.target_epsilon is not None
         if p.mechanism == "dpsgd":
             sizes = data.train.sizes
@@ -75,6 +83,17 @@ def resolve_privacy(cfg: ExperimentConfig, data: FederatedData) -> PrivacySettin
             population=cfg.num_clients if fixed_size else None,
             fixed=fixed,
         )
+    units = _protected_units(cfg, data)
+    weak = p.delta >= 1.0 / units
+    if weak:
+        warnings.warn(
+            f"privacy.delta {p.delta:g} >= 1/{units} (the units one party protects: "
+            f"{'clients' if p.mechanism == 'client' else 'records a client trains on'}) permits "
+            "releasing one of them outright: the run is tagged dp_guarantee weak-delta and "
+            "stands at epsilon = inf on every front",
+            UserWarning,
+            stacklevel=2,
+        )
     return PrivacySettings(
         p.mechanism,
         float(sigma),
@@ -84,11 +103,27 @@ def resolve_privacy(cfg: ExperimentConfig, data: FederatedData) -> PrivacySettin
         p.target_epsilon,
         client_sampling=p.client_sampling,
         protect=p.protect,
+        weak_delta=weak,
     )
 
 
+def _protected_units(cfg: ExperimentConfig, data: FederatedData) -> int:
+    """What one party protects, counted: clients under client-level DP, else the fewest
+    records a client trains on (a few-shot client's support and query records)."""
+    assert cfg.privacy is not None
+    if cfg.privacy.mechanism == "client":
+        return cfg.num_clients
+    sizes = data.train.sizes
+    if isinstance(data, FewShotData) and data.val is not None:
+        sizes = sizes + data.val.sizes
+    return int(sizes.min())
+
+
 def build_data(cfg: ExperimentConfig) -> FederatedData:
-    """Load the dataset and split it over clients as the config says."""
+    """Load the dataset and split it over clients as the config says (few-shot tasks with a
+    ``fewshot`` mapping, flcore.data.fewshot)."""
+    if cfg.fewshot is not None:
+        return build_fewshot(cfg)
     splits = load_dataset(cfg.dataset, cfg.data_root)
     p = cfg.partition
     params = {
@@ -111,6 +146,66 @@ def build_data(cfg: ExperimentConfig) -> FederatedData:
         ),
         global_test_per_class=cfg.global_test_per_class,
         public_samples=cfg.public_samples,
+    )
+
+
+#: the few-shot class split of a dataset with no split of its own (FMNIST: Sec. 5's protocol
+#: on the offline default, issue 26): meta-training classes, meta-testing classes
+DEFAULT_CLASS_SPLIT = {
+    "fmnist": ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9)),
+}
+
+
+def build_fewshot(cfg: ExperimentConfig) -> FewShotData:
+    """Few-shot clients: the dataset's training split (FMNIST) or a class-structured few-shot
+    dataset (flcore.data.metasets), with the config's or the dataset's class split."""
+    f = cfg.fewshot
+    assert f is not None
+    from flcore.data.metasets import METASETS, load_class_pool
+
+    if cfg.dataset in METASETS:
+        pool = load_class_pool(cfg.dataset, cfg.data_root)
+        splits = DatasetSplits(
+            pool.info,
+            ArrayDataset(pool.images, pool.labels),
+            ArrayDataset(pool.images[:0], pool.labels[:0]),
+            checksum=pool.checksum,
+            source=pool.source,
+        )
+        default = (pool.meta_train, pool.meta_test)
+    else:
+        splits = load_dataset(cfg.dataset, cfg.data_root)
+        classes = tuple(range(splits.info.num_classes))
+        half = len(classes) // 2
+        default = DEFAULT_CLASS_SPLIT.get(cfg.dataset, (classes[:half], classes[half:]))
+    spec = FewShotSpec(
+        n_way=f.n_way,
+        k_shot=f.k_shot,
+        query=f.query,
+        test_query=f.test_query,
+        train_classes=tuple(f.train_classes) if f.train_classes is not None else default[0],
+        unseen_classes=tuple(f.unseen_classes) if f.unseen_classes is not None else default[1],
+        unseen_clients=f.unseen_clients,
+    )
+    return build_fewshot_data(splits, spec, num_clients=cfg.num_clients, seed=cfg.seed)
+
+
+def build_graph_of(cfg: ExperimentConfig) -> Any:
+    """The communication graph ``cfg.graph`` names, drawn with the run's seed (None without)."""
+    g = cfg.graph
+    if g is None:
+        return None
+    from flcore.algorithms.meta.graph import build_graph
+
+    return build_graph(
+        g.name,
+        cfg.num_clients,
+        seed=cfg.seed,
+        k=g.k,
+        p=g.p,
+        degree=g.degree,
+        path=g.path,
+        walk=g.walk,
     )
 
 
@@ -190,7 +285,7 @@ def build_engine(
         # "the maximum model all users can compute" (Pa3dFL Sec. 6.1), for every client
         model_params["width"] = capacity.min_width
     model_spec = ModelSpec(
-        cfg.model or info.model,
+        cfg.model or ("conv4" if cfg.fewshot is not None else info.model),
         info.num_classes,
         info.in_channels,
         tuple(sorted(model_params.items())),
@@ -218,6 +313,7 @@ def build_engine(
             "device": cfg.device,
             "privacy": privacy,
             "capacity": capacity,
+            "graph": build_graph_of(cfg),
         },
     )
     return Engine(

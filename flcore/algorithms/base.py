@@ -178,6 +178,8 @@ class Algorithm(ABC):
             full width). A ``capacity_aware`` algorithm gives client i width p_i; the others
             get a model already built at the narrowest width and use ``capacity`` only to
             report accuracy per width.
+        graph: the communication graph of a ``walk`` or ``gossip`` algorithm
+            (flcore.algorithms.meta.graph.Graph), else None.
     """
 
     name: ClassVar[str] = ""
@@ -209,6 +211,20 @@ class Algorithm(ABC):
     #: releases something beside its model each round (FedHKD's class statistics): with
     #: DP-SGD it must run ``privacy.protect: knowledge+model`` (see :meth:`dp_side_release`)
     side_releases: ClassVar[bool] = False
+    #: how clients talk: ``server`` (FL), ``walk`` (a model walks the ``graph``, one client a
+    #: round: LoDMeta) or ``gossip`` (every client talks to its graph neighbours each round)
+    topology: ClassVar[str] = "server"
+    #: meta-learns over few-shot clients (``fewshot`` config, flcore.data.fewshot)
+    needs_fewshot: ClassVar[bool] = False
+    #: scalars of the clients' ``ClientResult.metrics`` the engine averages into each round's
+    #: metrics beside ``train_loss`` (e.g. the meta family's ``meta_grad_norm``)
+    client_metrics: ClassVar[tuple[str, ...]] = ()
+    #: a client's round measures its own accuracy (``client_eval``); False: the server's
+    #: ``evaluate_server`` measures every client instead (the meta family)
+    client_evaluation: ClassVar[bool] = True
+    #: gradient-inversion attacks can simulate its upload (``attack_surface``); False: an
+    #: ``attack`` config is refused before any work
+    attackable: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -221,9 +237,11 @@ class Algorithm(ABC):
         device: str = "cpu",
         privacy: PrivacySettings | None = None,
         capacity: Capacity | None = None,
+        graph: Any = None,
     ) -> None:
         self.privacy = privacy
         self.capacity = capacity
+        self.graph = graph
         self.model_spec = model_spec
         self.training = training
         self.num_clients = num_clients
@@ -269,13 +287,19 @@ class Algorithm(ABC):
           without noise on the same records leaves the upload's sensitivity unbounded, so there
           is no formal guarantee: ``epsilon`` is inf and what the shared part's steps spent is
           reported as ``epsilon_shared``;
+        - ``client-ldp``: each client's whole data, against everyone who sees what it sends
+          (LoDMeta's perturbation: no trusted party);
+        - ``weak-delta``: a mechanism at a delta that permits releasing a record outright
+          (``PrivacySettings.weak_delta``): epsilon is inf, as for ``none``;
         - ``none``: no mechanism (epsilon is inf); ``no-release``: nothing leaves the client.
         """
         if not self.uploads:
             return "no-release"
         if self.privacy is None:
             return "none"
-        return {"dpsgd": "isrl", "client": "client-level"}.get(
+        if self.privacy.weak_delta:
+            return "weak-delta"
+        return {"dpsgd": "isrl", "client": "client-level", "perturbation": "client-ldp"}.get(
             self.privacy.mechanism, self.privacy.mechanism
         )
 
@@ -339,6 +363,29 @@ class Algorithm(ABC):
 
     def global_model(self) -> nn.Module | None:
         """The aggregated model evaluated on the global test set, or None if there is none."""
+        return None
+
+    def evaluate_server(
+        self, data: Any, client_states: Mapping[int, Any], device: torch.device
+    ) -> dict[str, float | None]:
+        """What the engine measures after an evaluation round's aggregation, merged into the
+        round's metrics (a key here replaces the clients' mean of the same key). Default:
+        ``global_accuracy``, the :meth:`global_model` on the global test set (nothing when
+        there is no global model). A meta-learning algorithm adapts its meta-model on every
+        client's support set instead (flcore.algorithms.meta), since a walk's round visits one
+        client."""
+        model = self.global_model()
+        if model is None:
+            return {}
+        from flcore.algorithms.training import evaluate
+
+        acc, _ = evaluate(model, data.global_test_set(), data.info, device=device)
+        return {"global_accuracy": acc}
+
+    def comm_units(self, client_ids: list[int]) -> float | None:
+        """The round's communication in the relative units of LoDMeta's Table 1 (one model
+        sent once is 1), for the algorithms that report it (``comm_units``, summed over
+        rounds); None: not reported (``bytes_up``/``bytes_down`` always are)."""
         return None
 
     def attack_surface(self, broadcast: TensorDict, client_id: int) -> Any:

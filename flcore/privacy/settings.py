@@ -39,6 +39,10 @@ class PrivacySettings:
     target_epsilon: float | None = None
     client_sampling: str = "poisson"
     protect: str = "model"
+    #: delta >= 1 / (the units one party protects: records a client trains on, or clients for
+    #: client-level DP): such a delta permits releasing one outright, so the run has no
+    #: meaningful guarantee (``dp_guarantee: weak-delta``, epsilon inf on the fronts)
+    weak_delta: bool = False
 
     @property
     def relation(self) -> str:

@@ -161,5 +161,11 @@ def check_evaluation_is_passive(cfg: ExperimentConfig, data: FederatedData) -> N
     b = server.factory().local_update(cdata, quiet, client_generator(cfg.seed, 1, 0))
     assert _state_equal(a.upload, b.upload), "evaluating changed the upload"
     assert _state_equal(a.state, b.state), "evaluating changed the client's private state"
+    if not server.algorithm.client_evaluation:  # the server evaluates every client instead
+        assert not {"accuracy", "accuracy_before"} & (a.metrics.keys() | b.metrics.keys())
+        before = server.algorithm.state_dict()
+        server.algorithm.evaluate_server(server.data, server.client_states, torch.device("cpu"))
+        assert _state_equal(before, server.algorithm.state_dict()), "evaluation moved the server"
+        return
     assert {"accuracy", "accuracy_before"} <= a.metrics.keys()
     assert not {"accuracy", "accuracy_before"} & b.metrics.keys()

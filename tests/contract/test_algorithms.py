@@ -35,15 +35,16 @@ def small(data_root: Path):  # type: ignore[no-untyped-def]
         # algorithms' clients are unchanged
         "public_samples": 60,
     }
-    cache: dict[bool, object] = {}
+    cache: dict[object, object] = {}
 
     def setup(algorithm: str):  # type: ignore[no-untyped-def]
         """The algorithm's contract config and its data (built once per data layout)."""
         cfg = _cfg(raw, algorithm)
-        aware = ALGORITHMS.get(algorithm).capacity_aware
-        if aware not in cache:
-            cache[aware] = build_data(cfg)
-        return cfg, cache[aware]
+        cls = ALGORITHMS.get(algorithm)
+        layout = "fewshot" if cls.needs_fewshot else cls.capacity_aware
+        if layout not in cache:
+            cache[layout] = build_data(cfg)
+        return cfg, cache[layout]
 
     return setup
 
@@ -61,6 +62,18 @@ PRIVACY = {
 MODEL = {"hyperfl_lpm": {"model": "resnet18_adapter", "model_params": {"tiny": True}}}
 
 
+#: what a meta-learning algorithm gets: three few-shot clients (5-way 1-shot, 3 query and 3
+#: test records a class) and two unseen ones, on CONV4 at 16 channels; a walk or gossip
+#: algorithm also a ring (2-regular: every client two neighbours)
+FEWSHOT = {
+    "model": "conv4",
+    "model_params": {"hidden": 16},
+    "fewshot": {"n_way": 5, "k_shot": 1, "query": 3, "test_query": 3, "unseen_clients": 2},
+    "algorithm_params": {"inner_steps": 2},
+}
+GRAPH = {"graph": {"name": "regular", "degree": 2}}
+SERVER_KEYS = ("client_fraction", "samples_per_client", "test_samples_per_client")
+
 #: what a capacity-aware algorithm gets: three clients of widths 1, 1/2 and 1/4 on Pa3dFL's
 #: width-scalable CNN, each with its own validation records
 CAPACITY = {
@@ -70,13 +83,24 @@ CAPACITY = {
 }
 
 
+def required_privacy(cls: type) -> dict:  # type: ignore[type-arg]
+    """The privacy mapping an algorithm that cannot run without DP gets ({} for the others)."""
+    needs = cls.requires_privacy  # type: ignore[attr-defined]
+    if not needs:
+        return {}
+    privacy = PRIVACY[needs]
+    if cls.side_releases:  # type: ignore[attr-defined]  # FedHKD's class statistics too
+        privacy = privacy | {"protect": "knowledge+model"}
+    return {"privacy": privacy}
+
+
 def _cfg(raw: dict, algorithm: str):  # type: ignore[no-untyped-def]
     cls = ALGORITHMS.get(algorithm)
-    needs = cls.requires_privacy
-    extra = {"privacy": PRIVACY[needs]} if needs else {}
-    if needs and cls.side_releases:  # FedHKD's class statistics are protected with the model
-        extra["privacy"] = extra["privacy"] | {"protect": "knowledge+model"}
+    extra = required_privacy(cls)
     extra |= CAPACITY if cls.capacity_aware else {}
+    if cls.needs_fewshot:
+        raw = {k: v for k, v in raw.items() if k not in SERVER_KEYS}
+        extra |= FEWSHOT | (GRAPH if cls.topology != "server" else {})
     return validate_config(raw | {"algorithm": algorithm} | extra | MODEL.get(algorithm, {}))
 
 

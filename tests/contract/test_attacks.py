@@ -12,7 +12,7 @@ from flcore.attacks import ATTACKS
 from flcore.config import validate_config
 from flcore.experiment import build_data
 from flcore.testing import attack_contract as contract
-from tests.contract.test_algorithms import MODEL, PRIVACY
+from tests.contract.test_algorithms import MODEL, required_privacy
 
 
 @pytest.fixture(scope="module")
@@ -46,16 +46,34 @@ CAPACITY = {
 
 def _cfg(raw: dict, algorithm: str):  # type: ignore[no-untyped-def]
     cls = ALGORITHMS.get(algorithm)
-    needs = cls.requires_privacy
-    extra = {"privacy": PRIVACY[needs]} if needs else {}
+    extra = required_privacy(cls)
     extra |= CAPACITY if cls.capacity_aware else {}
     return validate_config(raw | {"algorithm": algorithm} | extra | MODEL.get(algorithm, {}))
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS.names())
+ATTACKABLE = [a for a in ALGORITHMS.names() if ALGORITHMS.get(a).attackable]
+
+
+@pytest.mark.parametrize("algorithm", ATTACKABLE)
 def test_the_observation_holds_only_what_the_server_sees(algorithm: str, small) -> None:  # type: ignore[no-untyped-def]
     raw, data = small
     contract.check_observation_is_the_servers_view(_cfg(raw, algorithm), data)
+
+
+@pytest.mark.parametrize(
+    "algorithm", [a for a in ALGORITHMS.names() if not ALGORITHMS.get(a).attackable]
+)
+def test_an_algorithm_no_surface_simulates_refuses_an_attack(algorithm: str, data_root) -> None:  # type: ignore[no-untyped-def]
+    from flcore.errors import ConfigError
+    from tests.contract.test_algorithms import FEWSHOT, GRAPH
+
+    cls = ALGORITHMS.get(algorithm)
+    raw = {"algorithm": algorithm, "data_root": str(data_root), "num_clients": 4, "rounds": 2}
+    raw |= FEWSHOT if cls.needs_fewshot else {}
+    raw |= GRAPH if cls.topology != "server" else {}
+    validate_config(raw)  # the config is fine without the attack
+    with pytest.raises(ConfigError, match="cannot be attacked"):
+        validate_config(raw | {"attack": {"rounds": [1]}})
 
 
 @pytest.mark.parametrize("attack", ATTACKS.names())

@@ -1,0 +1,117 @@
+"""What the meta-learning family shares: MAML's inner-loop settings, the meta-model, and the
+evaluation every one of them is scored by (LoDMeta, Yang & Kwok, Sec. 5 and Algorithm 3).
+
+``accuracy`` (training clients) and ``unseen_accuracy`` are measured the same way for every
+algorithm here, on evaluation rounds, by the engine's server-side hook
+(:meth:`MetaAlgorithm.evaluate_server`): each client starts from the parameters the algorithm
+gives it (:meth:`MetaAlgorithm.client_start`: the meta-model for LoDMeta and MAML; a personal
+model for L2C and FedAlt), takes ``inner_steps`` full-batch SGD steps at ``inner_lr`` on its
+support set, and is scored on its held-out test records (flcore.data.fewshot). A walk visits one
+client a round, so the clients' own rounds report no accuracy; this evaluates all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from pydantic import Field
+from torch import nn
+
+from flcore.algorithms.base import Algorithm, AlgorithmParams, seeded
+from flcore.algorithms.meta.maml import adapted_accuracy, tensors
+
+__all__ = ["MetaAlgorithm", "MetaParams", "Params"]
+
+Params = dict[str, torch.Tensor]
+
+
+class MetaParams(AlgorithmParams):
+    inner_steps: int = Field(5, ge=1, description="K: SGD steps of the inner loop (paper: 5)")
+    inner_lr: float = Field(
+        0.1, gt=0, description="alpha: the inner loop's step size (the paper gives none)"
+    )
+    first_order: bool = Field(
+        False, description="first-order MAML (no differentiation through the inner steps)"
+    )
+
+
+class MetaAlgorithm(Algorithm):
+    """Base of the meta-learning family: a network, its initial parameters, the evaluation."""
+
+    needs_fewshot = True
+    Params: ClassVar[type[AlgorithmParams]] = MetaParams
+    reports = frozenset(
+        {"accuracy", "unseen_accuracy", "train_loss", "bytes_up", "bytes_down", "seconds"}
+        | {"epsilon", "comm_units"}
+    )
+    #: per-client scalars averaged into each round's metrics (the engine's ``client_metrics``)
+    client_metrics = ("meta_grad_norm",)
+    client_evaluation = False  # evaluate_server adapts every client
+    #: Not yet: a surface would simulate the MAML meta-gradient (K inner steps on a support set,
+    #: a query loss) of candidate records, and, for LoDMeta, the client's private (m, v)
+    #: preconditioning of what it sends (issue 26 section 4).
+    attackable = False
+
+    # ------------------------------------------------------------------ the network
+    def net(self) -> nn.Module:
+        """The (stateless) network every parameter dict is evaluated with."""
+        if getattr(self, "_net", None) is None:
+            self._net = self.model_spec().to(self.device)
+        return self._net
+
+    def initial_params(self) -> Params:
+        """The seeded initial parameters, the same on every party."""
+        model = seeded((self.seed, 0x3E7A), self.model_spec)
+        return {k: v.detach().to(self.device) for k, v in model.named_parameters()}
+
+    @staticmethod
+    def cpu(params: Mapping[str, torch.Tensor], prefix: str = "") -> Params:
+        return {prefix + k: v.detach().to("cpu", copy=True) for k, v in params.items()}
+
+    def take(self, payload: Mapping[str, torch.Tensor], prefix: str = "") -> Params:
+        """The tensors of ``payload`` under ``prefix``, on this algorithm's device, unprefixed."""
+        n = len(prefix)
+        return {k[n:]: v.to(self.device) for k, v in payload.items() if k.startswith(prefix)}
+
+    # ------------------------------------------------------------------ evaluation
+    def client_start(self, client_id: int, state: Any) -> Params:
+        """The parameters training client ``client_id`` adapts from (its private ``state``
+        given). Subclasses say."""
+        raise NotImplementedError
+
+    def unseen_start(self) -> Params:
+        """The parameters an unseen client adapts from: the meta-model by default."""
+        return self.client_start(-1, None)
+
+    def evaluate_server(
+        self, data: Any, client_states: Mapping[int, Any], device: torch.device
+    ) -> dict[str, float | None]:
+        """``accuracy`` over every training client and ``unseen_accuracy`` over every unseen
+        client, each adapted on its support set (module docstring)."""
+        p = self.params
+        model, info = self.net(), data.info
+        steps, lr = p.inner_steps, p.inner_lr  # type: ignore[attr-defined]
+        accs = []
+        with torch.random.fork_rng(devices=[]):  # evaluation draws nothing, changes nothing
+            for cid in range(data.num_clients):
+                start = self.client_start(cid, client_states.get(cid))
+                support = tensors(data.client_train(cid), info, device)
+                test = tensors(data.client_test(cid), info, device)
+                accs.append(adapted_accuracy(model, start, support, test, steps=steps, lr=lr))
+            unseen = []
+            for j in range(getattr(data, "num_unseen", 0)):
+                support = tensors(data.unseen_train(j), info, device)
+                test = tensors(data.unseen_test_set(j), info, device)
+                unseen.append(
+                    adapted_accuracy(model, self.unseen_start(), support, test, steps=steps, lr=lr)
+                )
+        out: dict[str, float | None] = {
+            "accuracy": float(np.mean(accs)) if accs else None,
+            "unseen_accuracy": float(np.mean(unseen)) if unseen else None,
+        }
+        if self.graph is not None:  # Theorem 4.3's rate depends on it
+            out["graph_sigma2"] = self.graph.sigma2
+        return out

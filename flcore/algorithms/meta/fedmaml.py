@@ -1,0 +1,112 @@
+"""Federated MAML, LoDMeta's centralized baseline "MAML" (Yang & Kwok, Sec. 5.1): Fallah,
+Mokhtari & Ozdaglar, "Personalized Federated Learning with Theoretical Guarantees: A
+Model-Agnostic Meta-Learning Approach" (Per-FedAvg), NeurIPS 2020; Finn et al., ICML 2017.
+
+Each round the server draws ``clients_per_round`` clients (n = 4 by default, MAML's meta-batch
+of tasks; n = 1 is the paper's "MAML (1 client)"), sends them w, and each returns its MAML
+meta-gradient at w (flcore.algorithms.meta.maml: K inner SGD steps on its support set, the query
+loss). The server averages them and takes the Adam-style step the walk algorithms take
+(``m = theta m + (1 - theta) g``, ``v = beta v + (1 - beta) g^2``,
+``w <- w - eta m / sqrt(v + lambda)``, LoDMeta Appendix C's hyperparameters), so one round of
+FedMAML with n = 1 is one LoDMeta step with a server in the middle.
+
+Choices, stated: a client runs one local meta-step and uploads its meta-gradient (Per-FedAvg
+with tau = 1 local step; its averaging of models after tau steps is then the server's step on the
+mean gradient); the server's draw is uniform without replacement and ignores
+``client_fraction`` and ``full_last_round`` (the algorithm's ``clients_per_round`` says how many);
+communication is 2n units a round (Table 1: each client downloads and uploads the model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from flcore.algorithms.base import ALGORITHMS, ClientData, ClientResult, ClientTask
+from flcore.algorithms.meta.base import MetaAlgorithm, Params
+from flcore.algorithms.meta.lodmeta import WalkParams, grad_norm
+from flcore.algorithms.meta.maml import meta_gradient, tensors
+
+__all__ = ["FedMAML", "FedMAMLParams"]
+
+
+class FedMAMLParams(WalkParams):
+    clients_per_round: int = Field(4, ge=1, description="n: clients (tasks) a round (paper: 4)")
+
+
+@ALGORITHMS.register("fedmaml")
+class FedMAML(MetaAlgorithm):
+    """Server-side MAML over clients' tasks (module docstring)."""
+
+    name = "fedmaml"
+    Params = FedMAMLParams
+
+    def init_server(self) -> None:
+        self.w = self.initial_params()
+        self.m = {k: torch.zeros_like(v) for k, v in self.w.items()}
+        self.v = {k: torch.zeros_like(v) for k, v in self.w.items()}
+        self._sum: Params | None = None
+        self._count = 0
+
+    def sample_clients(
+        self, round: int, rng: np.random.Generator, fraction: float, force_all: bool
+    ) -> list[int]:
+        n = min(self.params.clients_per_round, self.num_clients)  # type: ignore[attr-defined]
+        return sorted(int(i) for i in rng.choice(self.num_clients, size=n, replace=False))
+
+    def broadcast(self, round: int, client_id: int) -> dict[str, torch.Tensor]:
+        return self.cpu(self.w, "w.")
+
+    def begin_round(self, round: int, client_ids: list[int]) -> None:
+        self._sum, self._count = None, 0
+
+    def accumulate(self, result: ClientResult) -> None:
+        g = self.take(result.upload, "g.")
+        self._sum = g if self._sum is None else {k: self._sum[k] + g[k] for k in g}
+        self._count += 1
+
+    def end_round(self, round: int) -> None:
+        if self._sum is None:
+            return
+        p = self.params
+        assert isinstance(p, FedMAMLParams)
+        g = {k: s / self._count for k, s in self._sum.items()}
+        self.m = {k: p.theta * self.m[k] + (1 - p.theta) * g[k] for k in g}
+        self.v = {k: p.beta * self.v[k] + (1 - p.beta) * g[k].pow(2) for k in g}
+        eta = self.training.lr
+        self.w = {k: self.w[k] - eta * self.m[k] / torch.sqrt(self.v[k] + p.lam) for k in g}
+        self._sum = None
+
+    def comm_units(self, client_ids: list[int]) -> float | None:
+        return 2.0 * len(client_ids)
+
+    def client_start(self, client_id: int, state: Any) -> Params:
+        return self.w
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"w": self.cpu(self.w), "m": self.cpu(self.m), "v": self.cpu(self.v)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.w, self.m, self.v = (self.take(state[k]) for k in ("w", "m", "v"))
+
+    def local_update(
+        self, data: ClientData, task: ClientTask, generator: torch.Generator
+    ) -> ClientResult:
+        p = self.params
+        assert isinstance(p, FedMAMLParams) and data.val is not None
+        g, loss = meta_gradient(
+            self.net(),
+            self.take(task.payload, "w."),
+            tensors(data.train, data.info, self.device),
+            tensors(data.val, data.info, self.device),
+            steps=p.inner_steps,
+            lr=p.inner_lr,
+            first_order=p.first_order,
+        )
+        metrics = {"train_loss": loss, "meta_grad_norm": grad_norm(g)}
+        n = len(data.train) + len(data.val)
+        return ClientResult(task.client_id, n, self.cpu(g, "g."), None, metrics)
