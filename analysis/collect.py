@@ -33,6 +33,8 @@ __all__ = ["CURVE_METRICS", "collect_report"]
 
 #: the round-by-round panels of the report
 CURVE_METRICS = ("accuracy", "round_bytes_up", "epsilon")
+#: a decentralized (meta-learning) run's curves against communication (LoDMeta's Figures 1-4)
+COMM_METRICS = ("comm_units", "unseen_accuracy")
 
 
 def _version(dist: str) -> str:
@@ -128,7 +130,7 @@ def collect_report(
     """
     from analysis.interactive import figure_html, pareto_figure
     from analysis.plots import plot_pareto_2d
-    from analysis.rounds import plot_rounds
+    from analysis.rounds import plot_against, plot_rounds
 
     client = open_store(uri)
     frame = load_runs(
@@ -169,8 +171,21 @@ def collect_report(
                 data.pareto_html = figure_html(pareto_figure(table, x, y, by=by))
         chosen = _chosen_runs(analysis, max_curves)
         if chosen:
-            history = load_histories(chosen, CURVE_METRICS, uri=client.tracking_uri)
+            history = load_histories(
+                chosen, (*CURVE_METRICS, *COMM_METRICS), uri=client.tracking_uri
+            )
             history = apply_guarantees_to_histories(history, runs)
+            if (history["metric"] == "comm_units").any():
+                algorithm = dict(zip(runs["run_id"], runs["algorithm"], strict=True))
+                ys = [m for m in ("accuracy", "unseen_accuracy") if (history["metric"] == m).any()]
+                data.comm_png = plot_against(
+                    history,
+                    "comm_units",
+                    ys,
+                    tmp / "comm.png",
+                    labels={i: f"{algorithm.get(i)} {i[:6]}" for i in chosen},
+                ).read_bytes()
+            history = history[history["metric"].isin(CURVE_METRICS)]
             if len(history):
                 algorithm = dict(zip(runs["run_id"], runs["algorithm"], strict=True))
                 labels = {i: f"{algorithm.get(i)} {i[:6]}" for i in chosen}

@@ -1,12 +1,16 @@
 """What a run's ``epsilon`` guarantees, applied to tables of runs: the one place the rule lives.
 
-A run is tagged ``dp_guarantee`` (``isrl``, ``client-level``, ``shared-only``, ``none``,
-``no-release``). Only the first two, and ``no-release`` (nothing leaves the client), make its
-``epsilon`` a formal guarantee:
+A run is tagged ``dp_guarantee`` (``isrl``, ``client-level``, ``client-ldp``, ``shared-only``,
+``weak-delta``, ``none``, ``no-release``). Only the first three (``client-ldp``: LoDMeta's local DP
+of each client's whole data against every observer), and ``no-release`` (nothing leaves the
+client), make its ``epsilon`` a formal guarantee:
 
 * ``shared-only`` (PPSGD, CENTAUR under the paper's protocol): the personal part trains without
   noise on the same records, so what the shared part's DP-SGD steps spent bounds nothing. Its
   epsilon is ``inf``; the shared part's spend is kept as ``epsilon_shared``.
+* ``weak-delta``: a mechanism run at a delta of at least 1 / (the units a party protects), which
+  permits releasing one record outright (LoDMeta's delta 0.02 .. 0.4): epsilon ``inf``; the
+  accountant's figure stays in ``epsilon_accountant``.
 * ``none``: no mechanism, epsilon ``inf``.
 
 Runs made since flcore reports this itself already carry ``epsilon = inf`` and
@@ -43,7 +47,7 @@ __all__ = [
 ]
 
 #: guarantees whose runs stand at epsilon = inf, whatever epsilon they logged
-NO_FORMAL_DP = frozenset({"shared-only", "none"})
+NO_FORMAL_DP = frozenset({"shared-only", "weak-delta", "none"})
 #: the run tags (columns of a runs table) that say what a run's epsilon means
 DP_TAG_COLUMNS = ("dp_guarantee", "dp_relation", "client_sampling")
 

@@ -90,6 +90,8 @@ class ReportData:
     pareto_html: str | None = None
     curves_png: bytes | None = None
     curve_runs: list[str] = field(default_factory=list)
+    #: accuracy against cumulative communication (``comm_units``), for decentralized runs
+    comm_png: bytes | None = None
     attack_grids: list[AttackGrid] = field(default_factory=list)
     generator: dict[str, str] = field(default_factory=dict)
     filter_string: str = ""
@@ -292,6 +294,7 @@ def _context(data: ReportData) -> dict[str, Any]:
         "best": _best_rows(data),
         "communication": _communication_rows(data.runs),
         "curves_png": _data_uri(data.curves_png) if data.curves_png else None,
+        "comm_png": _data_uri(data.comm_png) if data.comm_png else None,
         "curve_runs": _links(data, data.curve_runs),
         "grids": [
             {

@@ -1,8 +1,9 @@
 """Round-by-round curves of chosen runs (accuracy, bytes per round, ...) as a PNG.
 
 Input is the long table of :func:`analysis.load.load_histories` (``run_id``, ``metric``,
-``step``, ``value``): one panel per metric, one line per run. Matplotlib's object API only, as in
-:mod:`analysis.plots`.
+``step``, ``value``): one panel per metric, one line per run (:func:`plot_rounds`), or a metric
+against another logged at the same rounds (:func:`plot_against`: LoDMeta's accuracy against
+communication, its Figures 1-4). Matplotlib's object API only, as in :mod:`analysis.plots`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pandas as pd
 
 from analysis.plots import _MARKERS, _figure_class
 
-__all__ = ["plot_rounds"]
+__all__ = ["plot_against", "plot_rounds"]
 
 _COLUMNS = ("run_id", "metric", "step", "value")
 _CHARS_PER_PANEL = 46  # legend characters (10 pt, marker and gaps included) across one panel
@@ -91,6 +92,75 @@ def plot_rounds(
         if not len(rows):
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
     for ax in axes[len(metrics) :]:
+        ax.set_visible(False)
+    handles, names = [], []
+    for ax in axes:
+        for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
+            if name not in names:
+                handles.append(handle)
+                names.append(name)
+    if handles:
+        fig.legend(handles, names, loc="outside lower center", ncols=_legend_columns(names, ncols))
+    if title:
+        fig.suptitle(title)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120, format="png")
+    return out
+
+
+def plot_against(
+    history: pd.DataFrame,
+    x: str,
+    ys: Sequence[str],
+    path: str | Path,
+    *,
+    labels: Mapping[str, str] | None = None,
+    title: str | None = None,
+) -> Path:
+    """One panel per metric in ``ys``, one line per run, metric ``x`` on the x axis: each point
+    is a round at which the run logged both (LoDMeta's accuracy against its cumulative
+    communication, ``comm_units``). Runs that never logged ``x`` are left out; non-finite
+    values are not drawn.
+
+    Raises:
+        ValueError: ``history`` lacks a column, no ``ys`` are given, or no run logged ``x``.
+    """
+    missing = [c for c in _COLUMNS if c not in history.columns]
+    if missing:
+        raise ValueError(f"history lacks column(s) {', '.join(missing)}")
+    if not ys:
+        raise ValueError("name at least one metric to plot against " + x)
+    wide = history.pivot_table(index=["run_id", "step"], columns="metric", values="value")
+    if x not in wide.columns:
+        raise ValueError(f"no run logged {x!r}")
+    labels = dict(labels or {})
+    runs = [r for r in dict.fromkeys(history["run_id"]) if wide.loc[r][x].notna().any()]
+    ncols = min(3, len(ys))
+    nrows = -(-len(ys) // ncols)
+    fig = _figure_class()(figsize=(4.6 * ncols, 3.4 * nrows + 0.6), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+    for ax, y in zip(axes, ys, strict=False):
+        for i, run_id in enumerate(runs):
+            if y not in wide.columns:
+                continue
+            mine = wide.loc[run_id][[x, y]].astype(float)
+            mine = mine[np.isfinite(mine[x]) & np.isfinite(mine[y])].sort_values(x)
+            if len(mine):
+                ax.plot(
+                    mine[x].to_numpy(),
+                    mine[y].to_numpy(),
+                    marker=_MARKERS[i % len(_MARKERS)],
+                    markersize=4,
+                    color=f"C{i % 10}",
+                    label=labels.get(run_id, str(run_id)[:8]),
+                )
+        ax.set_title(f"{y} against {x}", fontsize=10)
+        ax.set_xlabel(x)
+        ax.grid(True, color="0.9", linewidth=0.6)
+        if y not in wide.columns:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+    for ax in axes[len(ys) :]:
         ax.set_visible(False)
     handles, names = [], []
     for ax in axes:

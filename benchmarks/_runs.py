@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["resume_run", "runs_dir", "truncate_log"]
+__all__ = ["MIN_SEEDS", "combine", "compare", "resume_run", "runs_dir", "truncate_log"]
 
 
 def runs_dir(*parts: str) -> Path:
@@ -117,3 +118,34 @@ def seed_cell(values: list[float]) -> str:
         return "-"
     mean = statistics.fmean(values)
     return f"{mean:.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else f"{mean:.2f}"
+
+
+#: seeds a comparison needs before it can decide a claim (the paper averages 3)
+MIN_SEEDS = 3
+
+
+def compare(a: list[float], b: list[float], relation: str) -> tuple[str, str]:
+    """Whether seed values ``a`` stand in ``relation`` (``>=``, ``>`` or ``~``: within 1 point)
+    to ``b``: ``not measured`` (a side has no run), ``inconclusive`` (fewer than
+    :data:`MIN_SEEDS` seeds a side, or for ``>=``/``>`` a difference of the means within two
+    standard errors), ``supported`` or ``NOT supported``; and the difference shown."""
+    if not a or not b:
+        return "not measured", "-"
+    d = statistics.fmean(a) - statistics.fmean(b)
+    shown = f"{d:+.2f} ({len(a)}/{len(b)} seeds)"
+    if min(len(a), len(b)) < MIN_SEEDS:
+        return "inconclusive", shown
+    if relation == "~":
+        return ("supported" if abs(d) <= 1.0 else "NOT supported"), shown
+    se = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
+    if abs(d) <= 2 * se:
+        return "inconclusive", shown
+    ok = d >= 0 if relation == ">=" else d > 0
+    return ("supported" if ok else "NOT supported"), shown
+
+
+def combine(verdicts: list[str]) -> str:
+    for worst in ("NOT supported", "not measured", "inconclusive"):
+        if worst in verdicts:
+            return worst
+    return "supported"

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -39,7 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine  # noqa: E402
-from _runs import add_run_options, resume_run, seed_cell  # noqa: E402
+from _runs import add_run_options, combine, compare, resume_run, seed_cell  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "sweeps" / "configs" / "fedhkd"
@@ -180,37 +179,6 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-#: seeds a comparison needs before it can decide a claim (the paper averages 3)
-MIN_SEEDS = 3
-
-
-def compare(a: list[float], b: list[float], relation: str) -> tuple[str, str]:
-    """Whether seed values ``a`` stand in ``relation`` (``>=``, ``>`` or ``~``: within 1 point)
-    to ``b``: ``not measured`` (a side has no run), ``inconclusive`` (fewer than
-    :data:`MIN_SEEDS` seeds a side, or for ``>=``/``>`` a difference of the means within two
-    standard errors), ``supported`` or ``NOT supported``; and the difference shown."""
-    if not a or not b:
-        return "not measured", "-"
-    d = statistics.fmean(a) - statistics.fmean(b)
-    shown = f"{d:+.2f} ({len(a)}/{len(b)} seeds)"
-    if min(len(a), len(b)) < MIN_SEEDS:
-        return "inconclusive", shown
-    if relation == "~":
-        return ("supported" if abs(d) <= 1.0 else "NOT supported"), shown
-    se = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
-    if abs(d) <= 2 * se:
-        return "inconclusive", shown
-    ok = d >= 0 if relation == ">=" else d > 0
-    return ("supported" if ok else "NOT supported"), shown
-
-
-def _combine(verdicts: list[str]) -> str:
-    for worst in ("NOT supported", "not measured", "inconclusive"):
-        if worst in verdicts:
-            return worst
-    return "supported"
-
-
 def claims(runs: list[dict[str, Any]]) -> list[str]:
     """The paper's five claims on the runs without a label (and the sigma0 variant for claim
     5), each ``supported``, ``NOT supported``, ``inconclusive`` or ``not measured``
@@ -222,7 +190,7 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
 
     def line(n: int, text: str, parts: list[tuple[str, str]]) -> str:
         shown = "; ".join(p[1] for p in parts)
-        return f"{n}. {text}: {_combine([p[0] for p in parts])} [{shown}]"
+        return f"{n}. {text}: {combine([p[0] for p in parts])} [{shown}]"
 
     s = "n10-b0.5"
     one = [

@@ -138,4 +138,3 @@ def test_declared_reports_are_measured(algorithm: str, small) -> None:  # type: 
 def test_evaluation_leaves_training_unchanged(algorithm: str, small) -> None:  # type: ignore[no-untyped-def]
     cfg, data = small(algorithm)
     contract.check_evaluation_is_passive(cfg, data)
-

@@ -74,8 +74,12 @@ def test_every_space_samples_configs_that_validate(algorithm: str) -> None:
         define_by_run([algorithm])(trial)
         over = overrides_for(algorithm, trial.params)
         base = {"algorithm": algorithm}
-        if ALGORITHMS.get(algorithm).requires_public:
+        cls = ALGORITHMS.get(algorithm)
+        if cls.requires_public:
             base["public_samples"] = 100  # FedMD's public set: part of its sweep's base config
+        if cls.needs_fewshot:  # the meta family's tasks (and graph): its sweep's base config
+            base |= {"model": "conv4", "fewshot": {"n_way": 5, "k_shot": 5}}
+            base |= {"graph": {"name": "regular", "degree": 3}} if cls.topology != "server" else {}
         cfg = validate_config(apply_overrides(base, over))
         if ALGORITHMS.get(algorithm).requires_privacy:
             p = cfg.privacy

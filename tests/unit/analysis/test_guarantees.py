@@ -52,6 +52,22 @@ def test_a_shared_only_run_from_an_old_store_lands_at_inf_on_the_front() -> None
     assert result.per_group["centaur"]["epsilon"].tolist() == [INF]
 
 
+def test_a_weak_delta_run_lands_at_inf_and_a_client_ldp_run_keeps_its_epsilon() -> None:
+    # LoDMeta at the paper's delta 0.3 (weak) and at 1e-5 (client-ldp): only the second has
+    # a guarantee, so the first cannot dominate it on the epsilon axis
+    df = runs(
+        [
+            ("w", "lodmeta", "weak-delta", "replace-one", 0.90, 0.8),
+            ("g", "lodmeta", "client-ldp", "replace-one", 0.85, 3.0),
+        ]
+    )
+
+    result = pareto_front(df, [ACC, EPS], by="algorithm")
+
+    front = result.front.set_index("run_id")
+    assert front["epsilon"].to_dict() == {"w": INF, "g": 3.0}
+
+
 def test_new_runs_and_runs_without_dp_keep_their_values() -> None:
     df = runs(
         [

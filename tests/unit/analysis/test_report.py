@@ -108,7 +108,14 @@ def test_every_section_and_self_contained_images() -> None:
         assert section in page.ids
     assert len(page.imgs) == 3 and all(s.startswith("data:image/png;base64,") for s in page.imgs)
     assert "<div id='plotly-here'></div>" in html  # the plotly div, not escaped
+    assert "comm-curves" not in page.ids  # no decentralized run: no communication plot
     assert not re.search(r'<(img|script)[^>]+src="(?!data:)', html)  # nothing fetched
+
+
+def test_decentralized_runs_get_accuracy_against_communication() -> None:
+    page = parse(render_report(data(runs(), comm_png=png())))
+    assert {"comm-curves", "comm-png"} <= page.ids
+    assert any(s.startswith("data:image/png;base64,") for s in page.imgs)
 
 
 def test_run_ids_link_to_the_mlflow_ui() -> None:

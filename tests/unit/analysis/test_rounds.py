@@ -63,3 +63,30 @@ def test_long_labels_keep_the_legend_inside_the_figure(tmp_path: Path) -> None:
         width, height = grey.size
         edges = [grey.getpixel((x, y)) for x in (0, 1, width - 2, width - 1) for y in range(height)]
     assert min(edges) > 200, "something is drawn at the figure's left or right edge"
+
+
+def test_plot_against_draws_a_metric_against_communication(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from PIL import Image
+
+    from analysis.rounds import plot_against
+
+    # two runs: a walk (1 unit a step) and its basic variant (3 units a step); a third run
+    # never logged comm_units and is left out
+    rows = []
+    for run, unit in (("walk", 1.0), ("basic", 3.0)):
+        for step in (1, 2, 3):
+            rows += [
+                (run, "comm_units", step, unit * step),
+                (run, "accuracy", step, 0.5 + step / 10),
+            ]
+    rows += [("fl", "accuracy", 1, 0.7)]
+    history = pd.DataFrame(rows, columns=["run_id", "metric", "step", "value"])
+    out = plot_against(history, "comm_units", ["accuracy"], tmp_path / "c.png")
+    assert Image.open(out).size[0] > 300
+    with pytest.raises(ValueError, match="no run logged"):
+        plot_against(
+            history[history["metric"] != "comm_units"],
+            "comm_units",
+            ["accuracy"],
+            tmp_path / "d.png",
+        )

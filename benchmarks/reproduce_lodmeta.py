@@ -1,0 +1,394 @@
+"""Check LoDMeta's claims on FMNIST few-shot clients, in resumable chunks (issue 26 section 5).
+
+The paper (Yang & Kwok) reports mini-ImageNet and Meta-Dataset; here its claims are checked on the
+offline default (``sweeps/configs/lodmeta/fmnist_<method>.yaml``: 100 training clients and 30
+unseen ones, 5-way K-shot tasks from FMNIST classes 0-4 and 5-9, CONV4, K = 5, eta 1e-3), in the
+settings
+
+- ``regular-5shot`` (the configs'), ``regular-1shot``: the 3-regular expander;
+- ``smallworld-5shot``, ``smallworld-1shot``: Watts-Strogatz, k 4, p 0.3 (the server algorithms
+  FedMAML and FedAlt take no graph and run only in the ``regular-*`` settings).
+
+Each run lives in ``OUT/<setting>-<method>[-<label>]-s<seed>/`` (default OUT:
+``~/.cache/fedsweep-runs/lodmeta``), resumable as benchmarks/reproduce_table1.py's
+(``--max-minutes``, ``--checkpoint-every``, ``--until-round``; benchmarks/_runs.py).
+``--grid`` runs Tables 2-3's grid for ``lodmeta``: the per-release epsilon in {0.5, 0.6, 0.7,
+0.8} x delta in {0.4, 0.1, 0.02, 1e-5}, labelled ``eps<e>-d<delta>``, with the clip M of
+``--clip``. ``--reference`` adds, per setting, the accuracy of the untrained initialisation
+adapted the same way (what K SGD steps on the support set give without any meta-training:
+FMNIST's 5-way tasks are easy).
+
+Needs flcore only (no Ray, MLflow or Optuna). The output is one JSON object; ``--summary``
+prints the markdown table of OUT (means ± std over seeds), the claims the runs support, and
+writes ``OUT/accuracy_vs_communication-<setting>.png`` (the paper's Figures 1-4).
+
+    .venv/bin/python benchmarks/reproduce_lodmeta.py --seeds 0 1 2 \
+        --methods lodmeta lodmeta_basic lodmeta_sgd
+    .venv/bin/python benchmarks/reproduce_lodmeta.py --grid --seeds 0 --clip 1.0
+    .venv/bin/python benchmarks/reproduce_lodmeta.py --summary
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import machine  # noqa: E402
+from _runs import add_run_options, combine, compare, resume_run, seed_cell  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "sweeps" / "configs" / "lodmeta"
+METHODS = ("lodmeta", "lodmeta_basic", "lodmeta_sgd", "fedmaml", "fedalt", "l2c")
+SERVER = frozenset({"fedmaml", "fedalt"})
+#: setting -> (graph overrides, k_shot)
+SETTINGS: dict[str, tuple[list[str], int]] = {
+    "regular-5shot": (["graph.name=regular", "graph.degree=3"], 5),
+    "regular-1shot": (["graph.name=regular", "graph.degree=3"], 1),
+    "smallworld-5shot": (["graph.name=watts_strogatz", "graph.k=4", "graph.p=0.3"], 5),
+    "smallworld-1shot": (["graph.name=watts_strogatz", "graph.k=4", "graph.p=0.3"], 1),
+}
+GRID_EPS = (0.5, 0.6, 0.7, 0.8)
+GRID_DELTA = (0.4, 0.1, 0.02, 1e-5)
+_RUN = re.compile(r"^(?P<setting>(regular|smallworld)-\dshot)-(?P<name>.+)-s(?P<seed>\d+)$")
+
+
+def _pct(value: Any) -> float | None:
+    return None if value is None else round(100.0 * float(value), 2)
+
+
+def _overrides(method: str, setting: str, seed: int, args: argparse.Namespace) -> list[str]:
+    graph, shots = SETTINGS[setting]
+    over = [f"seed={seed}", f"workers={args.workers}", f"fewshot.k_shot={shots}"]
+    over += [] if method in SERVER else graph
+    if args.rounds is not None:
+        over.append(f"rounds={args.rounds}")
+    return over
+
+
+def _curve(run_dir: Path) -> list[tuple[float, float, float | None]]:
+    """(comm_units, accuracy, unseen_accuracy) of each evaluated round of a run's log."""
+    log = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+    return [
+        (r["comm_units"], r["accuracy"], r.get("unseen_accuracy"))
+        for r in rows
+        if r.get("accuracy") is not None and r.get("comm_units") is not None
+    ]
+
+
+def run_one(
+    method: str,
+    setting: str,
+    seed: int,
+    args: argparse.Namespace,
+    deadline: float,
+    extra: list[str],
+    label: str,
+) -> dict[str, Any]:
+    """Run (or resume, or only read) one run; returns its JSON record."""
+    from flcore.config import load_config
+
+    cfg = load_config(
+        CONFIGS / f"fmnist_{method}.yaml", [*_overrides(method, setting, seed, args), *extra]
+    )
+    tag = f"-{label}" if label else ""
+    run_dir = Path(args.out) / f"{setting}-{method}{tag}-s{seed}"
+    engine, summary, spent = resume_run(
+        cfg,
+        run_dir,
+        checkpoint_every=args.checkpoint_every,
+        deadline=deadline,
+        until_round=args.until_round,
+    )
+    return {
+        "run": run_dir.name,
+        "method": method,
+        "setting": setting,
+        "overrides": extra,
+        "seed": seed,
+        "steps": engine.rounds,
+        "steps_done": engine.round,
+        "ended": engine.finished,
+        "accuracy": _pct(summary.get("accuracy")),
+        "unseen_accuracy": _pct(summary.get("unseen_accuracy")),
+        "comm_units": summary.get("comm_units"),
+        "bytes_up": summary.get("bytes_up"),
+        "epsilon": summary.get("epsilon"),
+        "epsilon_accountant": summary.get("epsilon_accountant"),
+        "epsilon_paper": summary.get("epsilon_paper"),
+        "dp_guarantee": engine.algorithm.privacy_tags()["dp_guarantee"],
+        "seconds": round(spent, 1),
+    }
+
+
+def reference(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The untrained initialisation, adapted and scored as every run's clients are."""
+    import torch
+
+    from flcore.config import load_config
+    from flcore.experiment import build_engine
+
+    cfg = load_config(CONFIGS / "fmnist_lodmeta.yaml", _overrides("lodmeta", setting, seed, args))
+    engine = build_engine(cfg)
+    out = engine.algorithm.evaluate_server(engine.data, engine.client_states, torch.device("cpu"))
+    return {
+        "setting": setting,
+        "seed": seed,
+        **{k: _pct(out[k]) for k in ("accuracy", "unseen_accuracy")},
+    }
+
+
+def read_runs(out: Path) -> list[dict[str, Any]]:
+    """Every run folder under ``out`` with a ``summary.json``, and its accuracy curve."""
+    runs = []
+    for folder in sorted(out.iterdir()) if out.is_dir() else []:
+        m = _RUN.match(folder.name)
+        if m is None or not (folder / "summary.json").is_file():
+            continue
+        name = m["name"]
+        method = next((x for x in sorted(METHODS, key=len, reverse=True) if name.startswith(x)), "")
+        if not method or (name != method and not name.startswith(method + "-")):
+            continue
+        runs.append(
+            {
+                "setting": m["setting"],
+                "method": method,
+                "label": name[len(method) + 1 :],
+                "seed": int(m["seed"]),
+                "summary": json.loads((folder / "summary.json").read_text()),
+                "curve": _curve(folder),
+            }
+        )
+    return runs
+
+
+def _group(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, list[float]]]:
+    out: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    for r in runs:
+        cell = out.setdefault((r["setting"], r["method"], r["label"]), {})
+        s = r["summary"]
+        for key in ("accuracy", "unseen_accuracy"):
+            if s.get(key) is not None:
+                cell.setdefault(key, []).append(100.0 * float(s[key]))
+        for key in ("comm_units", "epsilon", "epsilon_accountant", "epsilon_paper", "rounds"):
+            if s.get(key) is not None:
+                cell.setdefault(key, []).append(float(s[key]))
+    return out
+
+
+def summary_table(runs: list[dict[str, Any]]) -> str:
+    """Markdown: one row per (setting, method, label), means ± std over seeds."""
+    lines = [
+        "| setting | method | seeds | steps | accuracy | unseen accuracy | comm units | epsilon "
+        "| epsilon_accountant | epsilon_paper |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    order = {m: i for i, m in enumerate(METHODS)}
+    groups = _group(runs)
+    for (setting, method, label), cell in sorted(
+        groups.items(), key=lambda kv: (list(SETTINGS).index(kv[0][0]), order[kv[0][1]], kv[0][2])
+    ):
+
+        def first(key: str, c: dict[str, list[float]] = cell) -> str:
+            return f"{c[key][0]:.3g}" if c.get(key) else "-"
+
+        name = f"{method} ({label})" if label else method
+        steps = ", ".join(str(int(r)) for r in sorted(set(cell.get("rounds", []))))
+        lines.append(
+            f"| {setting} | {name} | {len(cell.get('rounds', []))} | {steps} "
+            f"| {seed_cell(cell.get('accuracy', []))} "
+            f"| {seed_cell(cell.get('unseen_accuracy', []))} "
+            f"| {first('comm_units')} | {first('epsilon')} | {first('epsilon_accountant')} "
+            f"| {first('epsilon_paper')} |"
+        )
+    return "\n".join(lines)
+
+
+def cost_to_reach(curve: list[tuple[float, float, float | None]], target: float) -> float | None:
+    """The communication (units) at which a run's training-client accuracy first reaches
+    ``target`` (a fraction), or None if it never does."""
+    return next((units for units, acc, _ in curve if acc >= target), None)
+
+
+def claims(runs: list[dict[str, Any]]) -> list[str]:
+    """The paper's claims (issue 26 section 5) on the unlabelled runs of ``regular-5shot``."""
+    g = _group(runs)
+    s = "regular-5shot"
+
+    def v(method: str, key: str, setting: str = s, label: str = "") -> list[float]:
+        return g.get((setting, method, label), {}).get(key, [])
+
+    def line(n: int, text: str, parts: list[tuple[str, str]]) -> str:
+        return f"{n}. {text}: {combine([p[0] for p in parts])} [{'; '.join(p[1] for p in parts)}]"
+
+    one = [
+        compare(v("lodmeta", "accuracy"), v("lodmeta_basic", "accuracy"), "~"),
+        compare(v("lodmeta_basic", "accuracy"), v("lodmeta_sgd", "accuracy"), ">"),
+    ]
+    # 2: per unit of communication, to reach 95% of LoDMeta's own final accuracy (per seed)
+    two: list[tuple[str, str]] = []
+    mine = [r for r in runs if r["setting"] == s and not r["label"]]
+    for other in ("lodmeta_basic", "l2c"):
+        ratios = []
+        for seed in sorted({r["seed"] for r in mine}):
+            lod = next((r for r in mine if r["method"] == "lodmeta" and r["seed"] == seed), None)
+            oth = next((r for r in mine if r["method"] == other and r["seed"] == seed), None)
+            if lod is None or oth is None or not lod["curve"]:
+                continue
+            target = 0.95 * lod["curve"][-1][1]
+            a, b = cost_to_reach(lod["curve"], target), cost_to_reach(oth["curve"], target)
+            if a is not None and b is not None:
+                ratios.append(a / b)
+            elif a is not None:
+                ratios.append(0.0)  # the other never reached it
+        if not ratios:
+            two.append(("not measured", f"{other}: -"))
+            continue
+        mean = statistics.fmean(ratios)
+        verdict = (
+            "inconclusive" if len(ratios) < 3 else ("supported" if mean <= 0.5 else "NOT supported")
+        )
+        two.append(
+            (verdict, f"{other}: LoDMeta's cost / {other}'s = {mean:.2f} ({len(ratios)} seeds)")
+        )
+    three = [compare(v("lodmeta", "accuracy"), v("lodmeta", "unseen_accuracy"), ">")]
+    # 4: the grid's trend (one seed: a monotone count, not a test)
+    grid = {
+        (e, d): v("lodmeta", "accuracy", label=f"eps{e:g}-d{d:g}")
+        for e in GRID_EPS
+        for d in GRID_DELTA
+    }
+    have = {k: x[0] for k, x in grid.items() if x}
+    falls = sum(
+        1
+        for (e, d), acc in have.items()
+        for (e2, d2), acc2 in have.items()
+        if (e2 < e and d2 == d or d2 < d and e2 == e) and acc2 <= acc
+    )
+    pairs = sum(
+        1 for (e, d) in have for (e2, d2) in have if (e2 < e and d2 == d or d2 < d and e2 == e)
+    )
+    four = [
+        (
+            "inconclusive" if pairs else "not measured",
+            f"{falls}/{pairs} smaller-epsilon-or-delta pairs lose accuracy (one seed)",
+        )
+    ]
+    return [
+        line(1, "per step, LoDMeta ~ LoDMeta(basic) > LoDMeta(SGD)", one),
+        line(
+            2, "per unit of communication, LoDMeta needs about 1/3 of basic's and L2C's cost", two
+        ),
+        line(3, "unseen-client accuracy below training-client accuracy", three),
+        line(4, "Tables 2-3: accuracy falls as epsilon or delta shrink", four),
+    ]
+
+
+def plot_curves(runs: list[dict[str, Any]], out: Path) -> list[str]:
+    """``OUT/accuracy_vs_communication-<setting>.png``: seed-0 curves of the unlabelled runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for setting in SETTINGS:
+        chosen = [r for r in runs if r["setting"] == setting and not r["label"] and r["curve"]]
+        seeds = sorted({r["seed"] for r in chosen})
+        if not seeds:
+            continue
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+        for r in (r for r in chosen if r["seed"] == seeds[0]):
+            units = [c[0] for c in r["curve"]]
+            axes[0].plot(units, [100 * c[1] for c in r["curve"]], marker=".", label=r["method"])
+            unseen = [c[2] for c in r["curve"]]
+            if all(u is not None for u in unseen):
+                axes[1].plot(units, [100 * float(u) for u in unseen], marker=".", label=r["method"])  # type: ignore[arg-type]
+        for ax, what in zip(axes, ("training clients", "unseen clients"), strict=True):
+            ax.set_xscale("log")
+            ax.set_xlabel("communication (relative units, LoDMeta Table 1)")
+            ax.set_ylabel(f"accuracy of {what} (%)")
+            ax.grid(True, color="0.9")
+        axes[0].legend(fontsize=8)
+        fig.suptitle(f"FMNIST few-shot, {setting}, seed {seeds[0]}")
+        path = out / f"accuracy_vs_communication-{setting}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(str(path))
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--settings", nargs="+", default=["regular-5shot"], choices=list(SETTINGS))
+    ap.add_argument("--grid", action="store_true", help="Tables 2-3's epsilon x delta grid")
+    ap.add_argument("--clip", type=float, default=None, help="the grid's clip M")
+    ap.add_argument("--reference", action="store_true", help="the untrained network's accuracy")
+    add_run_options(
+        ap,
+        "lodmeta",
+        rounds_help="steps (default: the config's 2000)",
+        summary_help="print the table and the claims, and plot accuracy against communication",
+    )
+    args = ap.parse_args(argv)
+    if args.set and not args.label:
+        ap.error("--set needs --label (the variant's name in the run folders)")
+    out = Path(args.out)
+    if args.summary:
+        runs = read_runs(out)
+        print(summary_table(runs))
+        print()
+        print("\n".join(claims(runs)))
+        print()
+        print("\n".join(plot_curves(runs, out)))
+        return
+    if args.grid and args.clip is None:
+        ap.error("--grid needs --clip (M; benchmarks/lodmeta_grad_norms.py measures the norms)")
+    import torch
+
+    torch.set_num_threads(1)
+    deadline = time.time() + args.max_minutes * 60
+    records: list[dict[str, Any]] = []
+    for setting in args.settings:
+        for seed in args.seeds:
+            if args.reference:
+                records.append(reference(setting, seed, args))
+            if args.grid:
+                for e in GRID_EPS:
+                    for d in GRID_DELTA:
+                        privacy = [
+                            "privacy.mechanism=perturbation",
+                            f"privacy.release_epsilon={e}",
+                            f"privacy.delta={d}",
+                            f"privacy.clip={args.clip}",
+                        ]
+                        records.append(
+                            run_one(
+                                "lodmeta",
+                                setting,
+                                seed,
+                                args,
+                                deadline,
+                                privacy,
+                                f"eps{e:g}-d{d:g}",
+                            )
+                        )
+                continue
+            for method in args.methods:
+                if method in SERVER and not setting.startswith("regular"):
+                    continue  # a server algorithm has no graph: one setting is enough
+                records.append(run_one(method, setting, seed, args, deadline, args.set, args.label))
+    print(json.dumps({"machine": machine(), "runs": records}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
