@@ -285,8 +285,8 @@ def test_a_meta_learning_run_on_mini_imagenet_files(mini_root: Path) -> None:
     # meta-testing classes, and both accuracies are measured
     data = engine.data
     assert data.info.num_classes == 2 and data.info.image_size == 84
-    train_classes = set(data.splits.train.labels[data.train.client_indices[0]].tolist())
+    train_classes = set(data.splits.train.labels[list(data.train.client_indices[0])].tolist())
     assert train_classes <= set(range(5))
-    unseen = data.splits.train.labels[data.unseen_support.client_indices[0]].tolist()
+    unseen = data.splits.train.labels[list(data.unseen_support.client_indices[0])].tolist()
     assert set(unseen) == {5, 6}
     assert 0 <= summary["accuracy"] <= 1 and 0 <= summary["unseen_accuracy"] <= 1

@@ -100,7 +100,8 @@ def test_every_dp_run_is_tagged_with_its_guarantee_and_relation(
     algorithm: str, mechanism: str
 ) -> None:
     tags = _tags(algorithm, _dp(mechanism))
-    assert tags["dp_guarantee"] in ("isrl", "client-level", "shared-only")
+    expected = {"perturbation": "client-ldp", "client": "client-level"}.get(mechanism, "isrl")
+    assert tags["dp_guarantee"] in (expected, "shared-only")
     assert tags["dp_relation"] == _dp(mechanism).relation
 
 
@@ -147,3 +148,19 @@ def test_fedhkd_baselines_spend_exactly_their_mechanisms_epsilon(
     assert 0 < eps < float("inf")
     assert eps == pytest.approx(ref_eps, rel=1e-9)
     assert tags == ref_tags
+
+
+def test_a_weak_delta_run_has_no_guarantee_and_reports_inf() -> None:
+    # delta >= 1 / records a client holds lets a record out: the accountant's figure is kept
+    # beside, the run's epsilon is inf
+    import math
+
+    privacy = _dp("dpsgd", weak_delta=True)
+    alg = ALGORITHMS.get("dp_fedavg")(
+        model_spec=SPEC, training=TRAINING, num_clients=4, privacy=privacy
+    )
+    alg.init_server()
+    alg._record_dp.record(0, 100)  # one client's round of DP-SGD
+    assert alg.privacy_tags() == {"dp_guarantee": "weak-delta", "dp_relation": "add-remove"}
+    metrics = alg.privacy_metrics()
+    assert metrics["epsilon"] == math.inf and 0 < metrics["epsilon_accountant"] < math.inf
