@@ -19,7 +19,8 @@ width p_i and outputs 128 p_i features (``pa3dfl_cnn_fmnist``), so its head read
 inputs. The server keeps the full-width head; a width-p client gets (and uploads) the leading
 block of every head tensor, i.e. the first 128 p input columns of ``head.weight`` and all of
 ``head.bias`` (nested, as HeteroFL nests widths). Each head entry is averaged over the round's
-clients that hold it (``n_i``-weighted); an entry no client of the round holds keeps its value.
+clients that hold it (``n_i``-weighted); an entry no client of the round holds keeps its value
+(:class:`flcore.algorithms.cover.CoverMean` over each upload's :func:`leading_index`).
 
 Choices where the paper is silent, stated:
 - Initialisation: the global head is the seeded full-width model's head; client i's
@@ -50,42 +51,19 @@ from flcore.algorithms.base import (
     ClientTask,
     seeded,
 )
+from flcore.algorithms.cover import CoverMean, Index
 
-__all__ = ["LGFedAvg", "NestedMean", "leading_block"]
+__all__ = ["LGFedAvg", "leading_block", "leading_index"]
+
+
+def leading_index(shape: Sequence[int]) -> Index:
+    """The index ``[:shape[0], :shape[1], ...]`` of a narrower model's nested part of a tensor."""
+    return tuple(slice(0, n) for n in shape)
 
 
 def leading_block(t: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     """The block ``t[:shape[0], :shape[1], ...]`` (a narrower model's nested part of ``t``)."""
-    return t[tuple(slice(0, n) for n in shape)]
-
-
-class NestedMean:
-    """Weighted mean of nested (leading-block) parts of full-size tensors, entry by entry.
-
-    Each client adds the leading blocks it holds; an entry's mean is taken over the clients
-    whose block covers it, and an entry no client covered keeps its previous value.
-    """
-
-    def __init__(self, full: Mapping[str, torch.Tensor]) -> None:
-        self._sum = {k: torch.zeros(v.shape, dtype=torch.float64) for k, v in full.items()}
-        self._weight = {k: torch.zeros(v.shape, dtype=torch.float64) for k, v in full.items()}
-
-    def add(self, tensors: Mapping[str, torch.Tensor], weight: float) -> None:
-        """Add one client's blocks with weight ``weight`` (> 0)."""
-        if weight <= 0:
-            raise ValueError(f"aggregation weight must be > 0, got {weight}")
-        for k, v in tensors.items():
-            leading_block(self._sum[k], v.shape).add_(v.detach().cpu().double(), alpha=weight)
-            leading_block(self._weight[k], v.shape).add_(weight)
-
-    def result(self, previous: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The averaged tensors, ``previous`` where no client contributed."""
-        out = {}
-        for k, prev in previous.items():
-            w = self._weight[k]
-            mean = self._sum[k] / w.clamp(min=1e-300)
-            out[k] = torch.where(w > 0, mean, prev.double().cpu()).to(prev.dtype)
-        return out
+    return t[leading_index(shape)]
 
 
 @ALGORITHMS.register("lg_fedavg")
@@ -121,7 +99,7 @@ class LGFedAvg(Algorithm):
         full = self._initial(None if self.capacity is None else 1.0)
         state = full.state_dict()
         self.head = {k: state[k].clone() for k in full.head_keys()}
-        self._mean: NestedMean | None = None
+        self._mean: CoverMean | None = None
 
     def init_client_state(self, client_id: int) -> dict[str, torch.Tensor]:
         model = self._initial(self._width(client_id))
@@ -141,15 +119,16 @@ class LGFedAvg(Algorithm):
         return cache[width]
 
     def begin_round(self, round: int, client_ids: list[int]) -> None:
-        self._mean = NestedMean(self.head)
+        self._mean = CoverMean(self.head)
 
     def accumulate(self, result: ClientResult) -> None:
         assert self._mean is not None, "begin_round was not called"
-        self._mean.add(result.upload, float(result.num_samples))
+        index = {k: leading_index(v.shape) for k, v in result.upload.items()}
+        self._mean.add(result.upload, index, float(result.num_samples))
 
     def end_round(self, round: int) -> None:
         assert self._mean is not None, "begin_round was not called"
-        self.head = self._mean.result(self.head)
+        self.head = self._mean.result()
         self._mean = None
 
     def attack_surface(self, broadcast: dict[str, torch.Tensor], client_id: int) -> Any:

@@ -16,10 +16,11 @@ tensor that reads it), so the submodel computes the same function and SGD trains
 At width 1 every slice is the identity, which also lets these algorithms run on models that do not
 scale (no ``CHANNEL_AXES``) when there is no capacity setting.
 
-:class:`CoverMean` is the covering aggregation (HeteroFL Sec. 3.1, FjORD Sec. 3, FedRolex Sec. 3):
-each entry of the full model becomes the weighted mean of the values the round's clients uploaded
-for it, over only the clients whose submodel holds it; an entry no client held keeps its value.
-It streams: one running sum and one running weight per entry, no list of uploads.
+The server aggregates by covering (HeteroFL Sec. 3.1, FjORD Sec. 3, FedRolex Sec. 3): each entry
+of the full model becomes the weighted mean of the values the round's clients uploaded for it,
+over only the clients whose submodel holds it; an entry no client held keeps its value. That is
+:class:`flcore.algorithms.cover.CoverMean`, told each client's entries by :func:`submodel_index`
+(the outer product of the kept channels over a tensor's cut axes, as :func:`extract` cuts it).
 
 :class:`SlicedWidthAlgorithm` is the server/client skeleton the three algorithms share; each
 overrides :meth:`~SlicedWidthAlgorithm.kept_channels` (which channels a client gets) and, where it
@@ -41,18 +42,19 @@ from flcore.algorithms.base import (
     ClientTask,
     seeded,
 )
+from flcore.algorithms.cover import CoverMean, Index
 from flcore.models import MODELS
 from flcore.models.scalable import scaled
 
 __all__ = [
     "AxesMap",
-    "CoverMean",
     "Kept",
     "SlicedWidthAlgorithm",
     "extract",
     "nested_channels",
     "rolling_channels",
     "rolling_start",
+    "submodel_index",
 ]
 
 #: state key -> ((axis, channel layer, block size), ...), as ScalableModel.CHANNEL_AXES
@@ -108,69 +110,30 @@ def extract(
     return out
 
 
-class CoverMean:
-    """Streaming covering aggregation over the full model's entries (see the module doc).
-
-    Args:
-        reference: the full model's state (names, shapes, dtypes; and the values an entry no
-            client holds keeps).
-        axes: which axes of which tensor each channel layer indexes.
-    """
-
-    def __init__(self, reference: Mapping[str, torch.Tensor], axes: AxesMap) -> None:
-        self._axes = dict(axes)
-        self._reference = dict(reference)
-        self._sum = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in reference.items()}
-        self._weight = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in reference.items()}
-        self.count = 0
-
-    def _index(self, key: str, kept: Kept) -> tuple[Any, ...]:
-        """An index into the full tensor ``key`` selecting the submodel's entries (an outer
-        product over the cut axes, which are leading and adjacent in every CHANNEL_AXES)."""
-        cut = dict((axis, (layer, block)) for axis, layer, block in self._axes.get(key, ()))
+def submodel_index(
+    state: Mapping[str, torch.Tensor], axes: AxesMap, kept: Kept
+) -> dict[str, Index]:
+    """Per tensor of ``state``, the index of the entries the submodel cut with ``kept`` holds,
+    in the order :func:`extract` gives them: the outer product of the kept inputs over the cut
+    axes (every entry of the other axes). What :meth:`CoverMean.add` takes."""
+    out: dict[str, Index] = {}
+    for key, t in state.items():
+        cut = {axis: (layer, block) for axis, layer, block in axes.get(key, ())}
         if not cut:
-            return (Ellipsis,)
-        device = self._sum[key].device
+            out[key] = (Ellipsis,)
+            continue
         last = max(cut)
-        index: list[Any] = []
+        index = []
         for axis in range(last + 1):
-            if axis not in cut:
-                index.append(slice(None))
-                continue
-            layer, block = cut[axis]
-            shape = [1] * len(cut)
-            shape[sorted(cut).index(axis)] = -1
-            index.append(_axis_index(kept, layer, block, device).reshape(shape))
-        return tuple(index)
-
-    def add(self, upload: Mapping[str, torch.Tensor], kept: Kept, weight: float = 1.0) -> None:
-        """Fold in one client's submodel ``upload``, cut with ``kept``, at ``weight`` (> 0)."""
-        if weight <= 0:
-            raise ValueError(f"aggregation weight must be > 0, got {weight}")
-        if set(upload) != set(self._sum):
-            raise ValueError(
-                f"the upload does not match the model: {sorted(set(upload) ^ set(self._sum))}"
-            )
-        for key, value in upload.items():
-            index = self._index(key, kept)
-            target = self._sum[key][index]
-            if target.shape != value.shape:
-                raise ValueError(
-                    f"upload {key!r} has shape {tuple(value.shape)}, "
-                    f"its slice of the model {tuple(target.shape)}"
-                )
-            self._sum[key][index] += weight * value.detach().to(torch.float64)
-            self._weight[key][index] += weight
-        self.count += 1
-
-    def result(self) -> dict[str, torch.Tensor]:
-        """The covered entries' means; uncovered entries keep the reference value."""
-        out = {}
-        for key, ref in self._reference.items():
-            w = self._weight[key]
-            mean = self._sum[key] / w.clamp_min(1e-300)
-            out[key] = torch.where(w > 0, mean, ref.to(torch.float64)).to(ref.dtype)
-        return out
+            if axis in cut:
+                idx = _axis_index(kept, *cut[axis], t.device)
+            else:
+                idx = torch.arange(t.shape[axis], device=t.device)
+            shape = [1] * (last + 1)
+            shape[axis] = -1
+            index.append(idx.reshape(shape))
+        out[key] = tuple(index)
+    return out
 
 
 class SlicedWidthAlgorithm(Algorithm):
@@ -218,13 +181,14 @@ class SlicedWidthAlgorithm(Algorithm):
 
     def begin_round(self, round: int, client_ids: list[int]) -> None:
         self._round = round
-        self._mean = CoverMean(self.model.state_dict(), self.axes())
+        self._mean = CoverMean(self.model.state_dict())
 
     def accumulate(self, result: ClientResult) -> None:
         assert self._mean is not None, "begin_round was not called"
         kept = self.kept_channels(self._round, result.client_id)
+        index = submodel_index(self.model.state_dict(), self.axes(), kept)
         weight = float(result.num_samples) if self.weighted else 1.0
-        self._mean.add(result.upload, kept, weight)
+        self._mean.add(result.upload, index, weight)
 
     def end_round(self, round: int) -> None:
         assert self._mean is not None, "begin_round was not called"

@@ -26,7 +26,9 @@ the k_il = p_i C_l filters of highest selection score. What is implemented:
    A filter that enters a client's structure this way starts from the importance its similar
    clients give it, ``sum_j a_ij s^_j x max|s_i|``; filters that leave it get importance 0.
 3. Scaling-based aggregation: every entry of the global model becomes the weighted mean of the
-   clients of the round that hold it, with weight n_i / p_i; entries nobody held keep their value.
+   clients of the round that hold it, with weight n_i / p_i; entries nobody held keep their value
+   (:class:`flcore.algorithms.cover.CoverMean`, told each client's filters by
+   :func:`flcore.algorithms.widths.slicing.submodel_index`).
 
 Choices where the paper (as far as we could read it: the SenSys text is not openly available,
 and there is no official code) or Pa3dFL is silent, stated plainly:
@@ -81,6 +83,8 @@ from flcore.algorithms.base import (
     ClientTask,
     seeded,
 )
+from flcore.algorithms.cover import CoverMean, Index
+from flcore.algorithms.widths.slicing import extract, submodel_index
 from flcore.models import SplitModel
 from flcore.models.scalable import ScalableModel, scaled
 
@@ -88,12 +92,9 @@ __all__ = [
     "TailorFL",
     "TailorFLParams",
     "ImportanceNet",
-    "PositionalMean",
     "select_filters",
     "tuned_scores",
 ]
-
-Index = tuple[torch.Tensor | None, ...]
 
 
 class TailorFLParams(AlgorithmParams):
@@ -162,52 +163,6 @@ def tuned_scores(
         peers.append(mix)
         scores.append({layer: (1 - tune) * own[layer] + tune * mix[layer] for layer in layers})
     return scores, peers
-
-
-class PositionalMean:
-    """Entry-wise weighted mean over the clients that hold each entry of each tensor.
-
-    A client adds its (sub)tensors with, per key, one index per axis (None: the whole axis);
-    an entry's result is ``sum_i w_i x_i / sum_i w_i`` over the clients holding it, and the
-    ``base`` value where none did. Sums are float64, so the order of adding only matters at
-    the last bit of rounding (the engine adds in client-id order anyway).
-    """
-
-    def __init__(self, base: Mapping[str, torch.Tensor]) -> None:
-        self.base = {k: v.detach() for k, v in base.items()}
-        self._sum = {k: torch.zeros(v.shape, dtype=torch.float64) for k, v in base.items()}
-        self._weight = {k: torch.zeros(v.shape, dtype=torch.float64) for k, v in base.items()}
-        self.count = 0
-
-    def add(
-        self, tensors: Mapping[str, torch.Tensor], index: Mapping[str, Index], weight: float
-    ) -> None:
-        """Add one client's tensors at the positions ``index`` says, with weight ``weight``."""
-        if weight <= 0:
-            raise ValueError(f"aggregation weight must be > 0, got {weight}")
-        for key, value in tensors.items():
-            full = self._sum[key]
-            given = index.get(key) or (None,) * full.dim()
-            axes = [
-                torch.arange(n) if ix is None else ix
-                for n, ix in zip(full.shape, given, strict=True)
-            ]
-            grid = torch.meshgrid(*axes, indexing="ij") if axes else ()
-            v = value.detach().to("cpu", torch.float64)
-            if v.shape != tuple(len(a) for a in axes):
-                raise ValueError(f"{key}: shape {tuple(v.shape)} does not match its index")
-            full.index_put_(grid, v * weight, accumulate=True)
-            self._weight[key].index_put_(grid, torch.full_like(v, weight), accumulate=True)
-        self.count += 1
-
-    def result(self) -> dict[str, torch.Tensor]:
-        """The merged tensors (each in its base dtype)."""
-        out = {}
-        for key, base in self.base.items():
-            w = self._weight[key]
-            mean = self._sum[key] / w.clamp_min(1e-300)
-            out[key] = torch.where(w > 0, mean, base.double().cpu()).to(base.dtype)
-        return out
 
 
 # ---------------------------------------------------------------------------- the network
@@ -279,30 +234,6 @@ def _axes_of(model: nn.Module, layers: Mapping[str, tuple[str, int]]) -> dict[st
     return axes
 
 
-def _index(
-    axes: Mapping[str, tuple], keep: Mapping[str, torch.Tensor], shapes: Mapping[str, Any]
-) -> dict[str, Index]:
-    """Per state key, one index per axis for the kept filters (None: a whole axis)."""
-    out: dict[str, Index] = {}
-    for key, shape in shapes.items():
-        ix: list[torch.Tensor | None] = [None] * len(shape)
-        for axis, layer, block in axes.get(key, ()):
-            k = keep[layer]
-            ix[axis] = (k[:, None] * block + torch.arange(block)).reshape(-1)
-        out[key] = tuple(ix)
-    return out
-
-
-def _extract(state: Mapping[str, torch.Tensor], index: Mapping[str, Index]) -> dict:
-    out = {}
-    for key, t in state.items():
-        for axis, ix in enumerate(index[key]):
-            if ix is not None:
-                t = t.index_select(axis, ix.to(t.device))
-        out[key] = t.detach().clone()
-    return out
-
-
 # ---------------------------------------------------------------------------- algorithm
 @ALGORITHMS.register("tailorfl")
 class TailorFL(Algorithm):
@@ -359,7 +290,7 @@ class TailorFL(Algorithm):
             self.importance[cid] = {
                 layer: self._zero_pruned(ones[layer], self.keep[cid][layer]) for layer in layers
             }
-        self._mean: PositionalMean | None = None
+        self._mean: CoverMean | None = None
         self._pending: dict[int, dict[str, torch.Tensor]] = {}
 
     @staticmethod
@@ -370,17 +301,17 @@ class TailorFL(Algorithm):
 
     def _client_index(self, client_id: int) -> dict[str, Index]:
         _, axes = self._structure()
-        shapes = {k: v.shape for k, v in self.model.state_dict().items()}
-        return _index(axes, self.keep[client_id], shapes)
+        return submodel_index(self.model.state_dict(), axes, self.keep[client_id])
 
     def broadcast(self, round: int, client_id: int) -> dict[str, torch.Tensor]:
-        sub = _extract(self.model.state_dict(), self._client_index(client_id))
+        _, axes = self._structure()
+        sub = extract(self.model.state_dict(), axes, self.keep[client_id])
         for layer, keep in self.keep[client_id].items():
             sub[f"importance.{layer}"] = self.importance[client_id][layer][keep].clone()
         return sub
 
     def begin_round(self, round: int, client_ids: list[int]) -> None:
-        self._mean = PositionalMean(self.model.state_dict())
+        self._mean = CoverMean(self.model.state_dict())
         self._pending = {}
 
     def accumulate(self, result: ClientResult) -> None:

@@ -14,8 +14,9 @@ import flcore.algorithms.ditto  # noqa: F401  (registers)
 import flcore.algorithms.lg_fedavg  # noqa: F401  (registers)
 from flcore.algorithms import ClientResult
 from flcore.algorithms.base import seeded
+from flcore.algorithms.cover import CoverMean
 from flcore.algorithms.ditto import proximal_loss
-from flcore.algorithms.lg_fedavg import NestedMean
+from flcore.algorithms.lg_fedavg import leading_index
 from flcore.experiment import build_engine
 from tests.unit.algorithms.test_flanc import WIDTHS, make_cfg, run_rounds
 
@@ -53,15 +54,20 @@ def test_ditto_uploads_the_global_model_and_keeps_the_personal_one(data_root: Pa
 
 
 def test_nested_mean_by_hand() -> None:
-    """Full [2, 4]; A (n 1) holds all of it = 1, B (n 3) the first 2 columns = 5:
-    columns 0-1 -> (1 + 15) / 4 = 4, columns 2-3 -> A's 1; a key nobody sent keeps its value."""
+    """Full w [2, 4], b [3]; A (n 1) holds all of w and b[:2], = 1; B (n 3) the first 2 columns
+    of w and b[:1], = 5: w's columns 0-1 -> (1 + 15) / 4 = 4, columns 2-3 -> A's 1; b -> 4, 1,
+    and its last entry, which nobody held, keeps its value."""
     full = {"w": torch.zeros(2, 4), "b": torch.full((3,), 9.0)}
-    mean = NestedMean(full)
-    mean.add({"w": torch.ones(2, 4)}, 1.0)
-    mean.add({"w": torch.full((2, 2), 5.0)}, 3.0)
-    out = mean.result(full)
+    mean = CoverMean(full)
+    for value, n, shapes in [
+        (1.0, 1, {"w": (2, 4), "b": (2,)}),
+        (5.0, 3, {"w": (2, 2), "b": (1,)}),
+    ]:
+        upload = {k: torch.full(shape, value) for k, shape in shapes.items()}
+        mean.add(upload, {k: leading_index(shape) for k, shape in shapes.items()}, float(n))
+    out = mean.result()
     torch.testing.assert_close(out["w"], torch.tensor([[4.0, 4, 1, 1], [4.0, 4, 1, 1]]))
-    assert torch.equal(out["b"], full["b"])
+    torch.testing.assert_close(out["b"], torch.tensor([4.0, 1, 9]))
 
 
 def test_lg_fedavg_head_across_two_widths(data_root: Path) -> None:

@@ -11,8 +11,9 @@ import torch
 import flcore.algorithms.widths.pfedgate  # noqa: F401  (registers)
 import flcore.algorithms.widths.tailorfl  # noqa: F401  (registers)
 from flcore.algorithms import ClientResult
+from flcore.algorithms.cover import CoverMean
 from flcore.algorithms.widths.pfedgate import GatedModel, block_sizes, knapsack_select
-from flcore.algorithms.widths.tailorfl import PositionalMean, select_filters
+from flcore.algorithms.widths.tailorfl import select_filters
 from flcore.config import validate_config
 from flcore.data import normalize
 from flcore.experiment import build_engine
@@ -97,9 +98,9 @@ def test_similar_clients_pull_a_client_towards_their_filters(data_root: Path) ->
     assert float(alg.importance[1]["conv1"][31]) > 0  # enters with its peers' importance
 
 
-def test_positional_mean_weights_each_holder_by_n_over_p() -> None:
+def test_cover_mean_weights_each_holder_by_n_over_p() -> None:
     base = {"w": torch.full((5, 2), 7.0)}
-    mean = PositionalMean(base)
+    mean = CoverMean(base)
     # (filters held, value, n_i, p_i)
     for held, value, n, p in [
         ([0, 1], 1.0, 10, 0.5),
@@ -107,7 +108,7 @@ def test_positional_mean_weights_each_holder_by_n_over_p() -> None:
         ([0, 1, 2, 3], 2.0, 10, 1.0),
     ]:
         idx = torch.tensor(held)
-        mean.add({"w": torch.full((len(held), 2), value)}, {"w": (idx, None)}, n / p)
+        mean.add({"w": torch.full((len(held), 2), value)}, {"w": (idx,)}, n / p)
     out = mean.result()["w"][:, 0]
     expected = [
         (20 * 1 + 10 * 2) / 30,  # filter 0: clients A and C

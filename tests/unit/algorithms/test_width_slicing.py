@@ -12,9 +12,10 @@ import flcore.algorithms.widths.fedrolex  # noqa: F401  (registers)
 import flcore.algorithms.widths.fjord  # noqa: F401  (registers)
 import flcore.algorithms.widths.heterofl  # noqa: F401  (registers)
 from flcore.algorithms import ClientData, ClientResult, ClientTask
+from flcore.algorithms.cover import CoverMean
 from flcore.algorithms.training import evaluate
 from flcore.algorithms.widths.heterofl import scaler
-from flcore.algorithms.widths.slicing import CoverMean, rolling_channels
+from flcore.algorithms.widths.slicing import rolling_channels, submodel_index
 from flcore.config import validate_config
 from flcore.data import ArrayDataset, normalize
 from flcore.errors import ConfigError
@@ -96,24 +97,26 @@ def test_cover_mean_against_a_hand_computed_example() -> None:
     up_wide = {"a": torch.tensor([[1.0], [2.0], [3.0], [4.0]]), "b": torch.full((2, 8), 10.0)}
     up_half = {"a": torch.tensor([[5.0], [6.0]]), "b": torch.full((1, 4), 20.0)}
 
-    plain = CoverMean(server, axes)
-    plain.add(up_wide, wide)
-    plain.add(up_half, half)
+    wide_at, half_at = submodel_index(server, axes, wide), submodel_index(server, axes, half)
+
+    plain = CoverMean(server)
+    plain.add(up_wide, wide_at)
+    plain.add(up_half, half_at)
     out = plain.result()
     assert torch.equal(out["a"], torch.tensor([[3.0], [4.0], [3.0], [4.0]]))
     b = torch.full((2, 8), 10.0)
     b[0, :4] = 15.0  # row 0 = M channel 0; columns 0..3 = L channels 0, 1 (blocks of 2)
     assert torch.equal(out["b"], b)
 
-    weighted = CoverMean(server, axes)
-    weighted.add(up_wide, wide, weight=1.0)
-    weighted.add(up_half, half, weight=3.0)
+    weighted = CoverMean(server)
+    weighted.add(up_wide, wide_at, weight=1.0)
+    weighted.add(up_half, half_at, weight=3.0)
     out = weighted.result()
     assert torch.equal(out["a"], torch.tensor([[4.0], [5.0], [3.0], [4.0]]))  # (1+15)/4, (2+18)/4
     assert torch.equal(out["b"][0, :4], torch.full((4,), 17.5))  # (10 + 60) / 4
 
-    alone = CoverMean(server, axes)  # an entry no client holds keeps its value
-    alone.add(up_half, half)
+    alone = CoverMean(server)  # an entry no client holds keeps its value
+    alone.add(up_half, half_at)
     out = alone.result()
     assert torch.equal(out["a"], torch.tensor([[5.0], [6.0], [9.0], [9.0]]))
     assert torch.equal(out["b"][0], torch.tensor([20.0] * 4 + [9.0] * 4))
