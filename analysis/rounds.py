@@ -29,6 +29,26 @@ def _legend_columns(names: Sequence[str], panels: int) -> int:
     return max(1, min(4, len(names), panels * _CHARS_PER_PANEL // per_entry))
 
 
+def _finish(fig, axes, used: int, ncols: int, title: str | None, path: str | Path) -> Path:  # type: ignore[no-untyped-def]
+    """Hide the unused panels, one legend of every run below them, the title; save as PNG."""
+    for ax in axes[used:]:
+        ax.set_visible(False)
+    handles, names = [], []
+    for ax in axes:
+        for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
+            if name not in names:
+                handles.append(handle)
+                names.append(name)
+    if handles:
+        fig.legend(handles, names, loc="outside lower center", ncols=_legend_columns(names, ncols))
+    if title:
+        fig.suptitle(title)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120, format="png")
+    return out
+
+
 def plot_rounds(
     history: pd.DataFrame,
     metrics: Sequence[str],
@@ -91,22 +111,7 @@ def plot_rounds(
         ax.grid(True, color="0.9", linewidth=0.6)
         if not len(rows):
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
-    for ax in axes[len(metrics) :]:
-        ax.set_visible(False)
-    handles, names = [], []
-    for ax in axes:
-        for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
-            if name not in names:
-                handles.append(handle)
-                names.append(name)
-    if handles:
-        fig.legend(handles, names, loc="outside lower center", ncols=_legend_columns(names, ncols))
-    if title:
-        fig.suptitle(title)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120, format="png")
-    return out
+    return _finish(fig, axes, len(metrics), ncols, title, path)
 
 
 def plot_against(
@@ -160,19 +165,4 @@ def plot_against(
         ax.grid(True, color="0.9", linewidth=0.6)
         if y not in wide.columns:
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
-    for ax in axes[len(ys) :]:
-        ax.set_visible(False)
-    handles, names = [], []
-    for ax in axes:
-        for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
-            if name not in names:
-                handles.append(handle)
-                names.append(name)
-    if handles:
-        fig.legend(handles, names, loc="outside lower center", ncols=_legend_columns(names, ncols))
-    if title:
-        fig.suptitle(title)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120, format="png")
-    return out
+    return _finish(fig, axes, len(ys), ncols, title, path)

@@ -76,6 +76,13 @@ class MetaAlgorithm(Algorithm):
         n = len(prefix)
         return {k[n:]: v.to(self.device) for k, v in payload.items() if k.startswith(prefix)}
 
+    def draw_clients(self, rng: np.random.Generator, n: int) -> list[int]:
+        """A server's round: ``n`` clients uniformly without replacement (all if fewer), sorted;
+        ``client_fraction`` and ``full_last_round`` do not apply (FedMAML's and FedAlt's
+        ``clients_per_round`` says how many)."""
+        n = min(n, self.num_clients)
+        return sorted(int(i) for i in rng.choice(self.num_clients, size=n, replace=False))
+
     # ------------------------------------------------------------------ evaluation
     def client_start(self, client_id: int, state: Any) -> Params:
         """The parameters training client ``client_id`` adapts from (its private ``state``

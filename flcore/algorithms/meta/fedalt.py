@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch.func import functional_call
 
+from flcore.algorithms.aggregate import WeightedMean
 from flcore.algorithms.base import ALGORITHMS, ClientData, ClientResult, ClientTask
 from flcore.algorithms.meta.base import MetaAlgorithm, MetaParams, Params
 from flcore.algorithms.meta.maml import tensors
@@ -81,30 +82,27 @@ class FedAlt(MetaAlgorithm):
 
     def init_server(self) -> None:
         self.u, _ = self._split()
-        self._sum: Params | None = None
-        self._count = 0
+        self._mean: WeightedMean | None = None
 
     def sample_clients(
         self, round: int, rng: np.random.Generator, fraction: float, force_all: bool
     ) -> list[int]:
-        n = min(self.params.clients_per_round, self.num_clients)  # type: ignore[attr-defined]
-        return sorted(int(i) for i in rng.choice(self.num_clients, size=n, replace=False))
+        return self.draw_clients(rng, self.params.clients_per_round)  # type: ignore[attr-defined]
 
     def broadcast(self, round: int, client_id: int) -> dict[str, torch.Tensor]:
         return self.cpu(self.u, "u.")
 
     def begin_round(self, round: int, client_ids: list[int]) -> None:
-        self._sum, self._count = None, 0
+        self._mean = WeightedMean()
 
     def accumulate(self, result: ClientResult) -> None:
-        u = self.take(result.upload, "u.")
-        self._sum = u if self._sum is None else {k: self._sum[k] + u[k] for k in u}
-        self._count += 1
+        assert self._mean is not None, "begin_round was not called"
+        self._mean.add(result.upload, 1.0)
 
     def end_round(self, round: int) -> None:
-        if self._sum is not None:
-            self.u = {k: s / self._count for k, s in self._sum.items()}
-        self._sum = None
+        if self._mean is not None and self._mean.count:
+            self.u = self.take(self._mean.result(), "u.")
+        self._mean = None
 
     def comm_units(self, client_ids: list[int]) -> float | None:
         return 2.0 * len(client_ids)

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from flcore.algorithms.aggregate import WeightedMean
 from flcore.algorithms.base import ALGORITHMS, ClientData, ClientResult, ClientTask
 from flcore.algorithms.meta.base import MetaAlgorithm, Params
 from flcore.algorithms.meta.lodmeta import WalkParams, grad_norm
@@ -49,37 +50,34 @@ class FedMAML(MetaAlgorithm):
         self.w = self.initial_params()
         self.m = {k: torch.zeros_like(v) for k, v in self.w.items()}
         self.v = {k: torch.zeros_like(v) for k, v in self.w.items()}
-        self._sum: Params | None = None
-        self._count = 0
+        self._mean: WeightedMean | None = None
 
     def sample_clients(
         self, round: int, rng: np.random.Generator, fraction: float, force_all: bool
     ) -> list[int]:
-        n = min(self.params.clients_per_round, self.num_clients)  # type: ignore[attr-defined]
-        return sorted(int(i) for i in rng.choice(self.num_clients, size=n, replace=False))
+        return self.draw_clients(rng, self.params.clients_per_round)  # type: ignore[attr-defined]
 
     def broadcast(self, round: int, client_id: int) -> dict[str, torch.Tensor]:
         return self.cpu(self.w, "w.")
 
     def begin_round(self, round: int, client_ids: list[int]) -> None:
-        self._sum, self._count = None, 0
+        self._mean = WeightedMean()
 
     def accumulate(self, result: ClientResult) -> None:
-        g = self.take(result.upload, "g.")
-        self._sum = g if self._sum is None else {k: self._sum[k] + g[k] for k in g}
-        self._count += 1
+        assert self._mean is not None, "begin_round was not called"
+        self._mean.add(result.upload, 1.0)
 
     def end_round(self, round: int) -> None:
-        if self._sum is None:
+        if self._mean is None or not self._mean.count:
             return
         p = self.params
         assert isinstance(p, FedMAMLParams)
-        g = {k: s / self._count for k, s in self._sum.items()}
+        g = self.take(self._mean.result(), "g.")
         self.m = {k: p.theta * self.m[k] + (1 - p.theta) * g[k] for k in g}
         self.v = {k: p.beta * self.v[k] + (1 - p.beta) * g[k].pow(2) for k in g}
         eta = self.training.lr
         self.w = {k: self.w[k] - eta * self.m[k] / torch.sqrt(self.v[k] + p.lam) for k in g}
-        self._sum = None
+        self._mean = None
 
     def comm_units(self, client_ids: list[int]) -> float | None:
         return 2.0 * len(client_ids)
