@@ -14,7 +14,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MIN_SEEDS", "combine", "compare", "resume_run", "runs_dir", "truncate_log"]
+__all__ = [
+    "MIN_SEEDS",
+    "combine",
+    "compare",
+    "resume_run",
+    "runs_dir",
+    "scan_runs",
+    "truncate_log",
+]
 
 
 def runs_dir(*parts: str) -> Path:
@@ -149,3 +157,32 @@ def combine(verdicts: list[str]) -> str:
         if worst in verdicts:
             return worst
     return "supported"
+
+
+def scan_runs(out: Path, pattern: Any, methods: Any) -> list[dict[str, Any]]:
+    """Every run folder under ``out`` whose name matches ``pattern`` (a compiled regex with
+    groups ``setting``, ``name`` and ``seed``, and any others) and that holds a
+    ``summary.json``: the groups (``seed`` as an int), ``method`` (the longest of ``methods``
+    the name starts with), ``label`` (the rest of the name), ``summary`` and ``folder``."""
+    runs = []
+    for folder in sorted(out.iterdir()) if out.is_dir() else []:
+        m = pattern.match(folder.name)
+        summary_file = folder / "summary.json"
+        if m is None or not summary_file.is_file():
+            continue
+        name = m["name"]
+        method = next((x for x in sorted(methods, key=len, reverse=True) if name.startswith(x)), "")
+        if not method or (name != method and not name.startswith(method + "-")):
+            continue
+        groups = {k: v for k, v in m.groupdict().items() if k != "name"}
+        runs.append(
+            groups
+            | {
+                "seed": int(m["seed"]),
+                "method": method,
+                "label": name[len(method) + 1 :],
+                "summary": json.loads(summary_file.read_text()),
+                "folder": folder,
+            }
+        )
+    return runs

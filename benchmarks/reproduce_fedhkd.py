@@ -38,7 +38,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine  # noqa: E402
-from _runs import add_run_options, combine, compare, resume_run, seed_cell  # noqa: E402
+from _runs import (  # noqa: E402
+    add_run_options,
+    combine,
+    compare,
+    resume_run,
+    scan_runs,
+    seed_cell,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "sweeps" / "configs" / "fedhkd"
@@ -122,26 +129,7 @@ def run_one(
 
 def read_runs(out: Path) -> list[dict[str, Any]]:
     """Every ended or stopped run folder under ``out`` with a ``summary.json``."""
-    runs = []
-    for folder in sorted(out.iterdir()) if out.is_dir() else []:
-        m = _RUN.match(folder.name)
-        summary_file = folder / "summary.json"
-        if m is None or not summary_file.is_file() or m["setting"] not in SETTINGS:
-            continue
-        name = m["name"]
-        method = next((x for x in sorted(METHODS, key=len, reverse=True) if name.startswith(x)), "")
-        if not method or (name != method and not name.startswith(method + "-")):
-            continue
-        runs.append(
-            {
-                "setting": m["setting"],
-                "method": method,
-                "label": name[len(method) + 1 :],
-                "seed": int(m["seed"]),
-                "summary": json.loads(summary_file.read_text()),
-            }
-        )
-    return runs
+    return [r for r in scan_runs(out, _RUN, METHODS) if r["setting"] in SETTINGS]
 
 
 def _group(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, list[float]]]:

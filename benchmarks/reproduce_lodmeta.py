@@ -42,7 +42,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine  # noqa: E402
-from _runs import add_run_options, combine, compare, resume_run, seed_cell  # noqa: E402
+from _runs import (  # noqa: E402
+    add_run_options,
+    combine,
+    compare,
+    resume_run,
+    scan_runs,
+    seed_cell,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "sweeps" / "configs" / "lodmeta"
@@ -148,26 +155,7 @@ def reference(setting: str, seed: int, args: argparse.Namespace) -> dict[str, An
 
 def read_runs(out: Path) -> list[dict[str, Any]]:
     """Every run folder under ``out`` with a ``summary.json``, and its accuracy curve."""
-    runs = []
-    for folder in sorted(out.iterdir()) if out.is_dir() else []:
-        m = _RUN.match(folder.name)
-        if m is None or not (folder / "summary.json").is_file():
-            continue
-        name = m["name"]
-        method = next((x for x in sorted(METHODS, key=len, reverse=True) if name.startswith(x)), "")
-        if not method or (name != method and not name.startswith(method + "-")):
-            continue
-        runs.append(
-            {
-                "setting": m["setting"],
-                "method": method,
-                "label": name[len(method) + 1 :],
-                "seed": int(m["seed"]),
-                "summary": json.loads((folder / "summary.json").read_text()),
-                "curve": _curve(folder),
-            }
-        )
-    return runs
+    return [r | {"curve": _curve(r["folder"])} for r in scan_runs(out, _RUN, METHODS)]
 
 
 def _group(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, list[float]]]:

@@ -50,7 +50,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine  # noqa: E402
-from _runs import add_run_options, resume_run, seed_cell  # noqa: E402
+from _runs import add_run_options, resume_run, scan_runs, seed_cell  # noqa: E402
 
 from analysis.paper import PA3DFL_FMNIST  # noqa: E402
 
@@ -136,27 +136,7 @@ def run_one(
 
 def read_runs(out: Path) -> list[dict[str, Any]]:
     """Every run folder under ``out`` with a ``summary.json``: its name parts and summary."""
-    runs = []
-    for folder in sorted(out.iterdir()) if out.is_dir() else []:
-        m = _RUN.match(folder.name)
-        summary_file = folder / "summary.json"
-        if m is None or not summary_file.is_file():
-            continue
-        name = m["name"]
-        method = next((x for x in sorted(METHODS, key=len, reverse=True) if name.startswith(x)), "")
-        if not method or (name != method and not name.startswith(method + "-")):
-            continue
-        runs.append(
-            {
-                "setting": m["setting"],
-                "method": method,
-                "label": name[len(method) + 1 :],
-                "rounds": int(m["rounds"]),
-                "seed": int(m["seed"]),
-                "summary": json.loads(summary_file.read_text()),
-            }
-        )
-    return runs
+    return [r | {"rounds": int(r["rounds"])} for r in scan_runs(out, _RUN, METHODS)]
 
 
 def summary_table(runs: list[dict[str, Any]]) -> str:

@@ -20,10 +20,11 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from flcore.algorithms.base import Algorithm, AlgorithmParams, seeded
+from flcore.algorithms.aggregate import WeightedMean
+from flcore.algorithms.base import Algorithm, AlgorithmParams, ClientResult, seeded
 from flcore.algorithms.meta.maml import adapted_accuracy, tensors
 
-__all__ = ["MetaAlgorithm", "MetaParams", "Params"]
+__all__ = ["MetaAlgorithm", "MetaParams", "Params", "ServerMeta"]
 
 Params = dict[str, torch.Tensor]
 
@@ -122,3 +123,36 @@ class MetaAlgorithm(Algorithm):
         if self.graph is not None:  # Theorem 4.3's rate depends on it
             out["graph_sigma2"] = self.graph.sigma2
         return out
+
+
+class ServerMeta(MetaAlgorithm):
+    """A server's round (FedMAML, FedAlt): ``clients_per_round`` clients drawn
+    (:meth:`MetaAlgorithm.draw_clients`), their uploads averaged with equal weights (every
+    few-shot client holds as many records), the mean applied by :meth:`apply`; 2n units of
+    communication (LoDMeta Table 1: each client downloads and uploads the model)."""
+
+    _mean: WeightedMean | None = None
+
+    def sample_clients(
+        self, round: int, rng: np.random.Generator, fraction: float, force_all: bool
+    ) -> list[int]:
+        return self.draw_clients(rng, self.params.clients_per_round)  # type: ignore[attr-defined]
+
+    def begin_round(self, round: int, client_ids: list[int]) -> None:
+        self._mean = WeightedMean()
+
+    def accumulate(self, result: ClientResult) -> None:
+        assert self._mean is not None, "begin_round was not called"
+        self._mean.add(result.upload, 1.0)
+
+    def end_round(self, round: int) -> None:
+        if self._mean is not None and self._mean.count:
+            self.apply(self._mean.result())
+        self._mean = None
+
+    def apply(self, mean: Mapping[str, torch.Tensor]) -> None:
+        """Update the server state from the round's mean upload."""
+        raise NotImplementedError
+
+    def comm_units(self, client_ids: list[int]) -> float | None:
+        return 2.0 * len(client_ids)

@@ -20,15 +20,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import Field
 from torch.func import functional_call
 
-from flcore.algorithms.aggregate import WeightedMean
 from flcore.algorithms.base import ALGORITHMS, ClientData, ClientResult, ClientTask
-from flcore.algorithms.meta.base import MetaAlgorithm, MetaParams, Params
+from flcore.algorithms.meta.base import MetaParams, Params, ServerMeta
 from flcore.algorithms.meta.maml import tensors
 
 __all__ = ["FedAlt", "FedAltParams"]
@@ -67,7 +65,7 @@ def sgd_steps(
 
 
 @ALGORITHMS.register("fedalt")
-class FedAlt(MetaAlgorithm):
+class FedAlt(ServerMeta):
     """Shared extractor averaged by the server, personal heads kept by the clients."""
 
     name = "fedalt"
@@ -82,30 +80,12 @@ class FedAlt(MetaAlgorithm):
 
     def init_server(self) -> None:
         self.u, _ = self._split()
-        self._mean: WeightedMean | None = None
-
-    def sample_clients(
-        self, round: int, rng: np.random.Generator, fraction: float, force_all: bool
-    ) -> list[int]:
-        return self.draw_clients(rng, self.params.clients_per_round)  # type: ignore[attr-defined]
 
     def broadcast(self, round: int, client_id: int) -> dict[str, torch.Tensor]:
         return self.cpu(self.u, "u.")
 
-    def begin_round(self, round: int, client_ids: list[int]) -> None:
-        self._mean = WeightedMean()
-
-    def accumulate(self, result: ClientResult) -> None:
-        assert self._mean is not None, "begin_round was not called"
-        self._mean.add(result.upload, 1.0)
-
-    def end_round(self, round: int) -> None:
-        if self._mean is not None and self._mean.count:
-            self.u = self.take(self._mean.result(), "u.")
-        self._mean = None
-
-    def comm_units(self, client_ids: list[int]) -> float | None:
-        return 2.0 * len(client_ids)
+    def apply(self, mean: Mapping[str, torch.Tensor]) -> None:
+        self.u = self.take(mean, "u.")
 
     def client_start(self, client_id: int, state: Any) -> Params:
         head = self.take(state) if state is not None else self._split()[1]

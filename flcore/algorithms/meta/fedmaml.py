@@ -22,13 +22,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 from pydantic import Field
 
-from flcore.algorithms.aggregate import WeightedMean
 from flcore.algorithms.base import ALGORITHMS, ClientData, ClientResult, ClientTask
-from flcore.algorithms.meta.base import MetaAlgorithm, Params
+from flcore.algorithms.meta.base import Params, ServerMeta
 from flcore.algorithms.meta.lodmeta import WalkParams, grad_norm
 from flcore.algorithms.meta.maml import meta_gradient, tensors
 
@@ -40,7 +38,7 @@ class FedMAMLParams(WalkParams):
 
 
 @ALGORITHMS.register("fedmaml")
-class FedMAML(MetaAlgorithm):
+class FedMAML(ServerMeta):
     """Server-side MAML over clients' tasks (module docstring)."""
 
     name = "fedmaml"
@@ -50,37 +48,19 @@ class FedMAML(MetaAlgorithm):
         self.w = self.initial_params()
         self.m = {k: torch.zeros_like(v) for k, v in self.w.items()}
         self.v = {k: torch.zeros_like(v) for k, v in self.w.items()}
-        self._mean: WeightedMean | None = None
-
-    def sample_clients(
-        self, round: int, rng: np.random.Generator, fraction: float, force_all: bool
-    ) -> list[int]:
-        return self.draw_clients(rng, self.params.clients_per_round)  # type: ignore[attr-defined]
 
     def broadcast(self, round: int, client_id: int) -> dict[str, torch.Tensor]:
         return self.cpu(self.w, "w.")
 
-    def begin_round(self, round: int, client_ids: list[int]) -> None:
-        self._mean = WeightedMean()
-
-    def accumulate(self, result: ClientResult) -> None:
-        assert self._mean is not None, "begin_round was not called"
-        self._mean.add(result.upload, 1.0)
-
-    def end_round(self, round: int) -> None:
-        if self._mean is None or not self._mean.count:
-            return
+    def apply(self, mean: Mapping[str, torch.Tensor]) -> None:
+        """The Adam-style step on the mean meta-gradient."""
         p = self.params
         assert isinstance(p, FedMAMLParams)
-        g = self.take(self._mean.result(), "g.")
+        g = self.take(mean, "g.")
         self.m = {k: p.theta * self.m[k] + (1 - p.theta) * g[k] for k in g}
         self.v = {k: p.beta * self.v[k] + (1 - p.beta) * g[k].pow(2) for k in g}
         eta = self.training.lr
         self.w = {k: self.w[k] - eta * self.m[k] / torch.sqrt(self.v[k] + p.lam) for k in g}
-        self._mean = None
-
-    def comm_units(self, client_ids: list[int]) -> float | None:
-        return 2.0 * len(client_ids)
 
     def client_start(self, client_id: int, state: Any) -> Params:
         return self.w
