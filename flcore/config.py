@@ -363,6 +363,15 @@ class ExperimentConfig(_Strict):
     seed: int = Field(0, ge=0)
     device: str = "cpu"
     workers: int | None = Field(None, ge=1, description="client processes; None: CPUs available")
+    executor: Literal["auto", "loop", "vectorized"] = Field(
+        "auto",
+        description="how a round's clients train: 'loop' one after another (in process or a "
+        "pool of workers), 'vectorized' as one batched computation (FedAvg, FedProx, "
+        "Local-only, DP-FedAvg), 'auto' vectorized on CUDA where allowed, else the loop",
+    )
+    executor_chunk: int | None = Field(
+        None, ge=1, description="clients per batched computation (vectorized); None: a round"
+    )
     partition: PartitionConfig = PartitionConfig()
     client_split: ClientSplitConfig | None = None
     capacity: CapacityConfig | None = None

@@ -39,7 +39,7 @@ from flcore.algorithms.base import Algorithm, ClientTask, tensor_bytes
 from flcore.callbacks import Callback, CallbackList, RoundResult, RunInfo
 from flcore.capacity import width_label
 from flcore.data import FederatedData
-from flcore.executor import AlgorithmFactory, make_executor
+from flcore.executor import AlgorithmFactory, make_executor, resolve_executor
 
 __all__ = ["Engine", "CHECKPOINT_VERSION", "CLIENT_ACCURACIES", "VAL_ACCURACIES"]
 
@@ -79,6 +79,11 @@ class Engine:
             better) to stop on (see the module docstring); None: no early stopping.
         early_stopping_patience: the rounds without gain tolerated, as a fraction of
             ``rounds`` (Pa3dFL: 0.2).
+        executor: ``loop`` (clients one by one, in process or a pool), ``vectorized`` (a
+            round's clients as one batched computation, flcore.vectorized) or ``auto`` (see
+            :func:`~flcore.executor.resolve_executor`).
+        executor_chunk: clients per batched computation of the vectorized executor (None:
+            a whole round).
     """
 
     def __init__(
@@ -97,6 +102,8 @@ class Engine:
         probes: list[Any] | None = None,
         early_stopping_metric: str | None = None,
         early_stopping_patience: float = 0.2,
+        executor: str = "loop",
+        executor_chunk: int | None = None,
     ) -> None:
         if early_stopping_metric is not None and early_stopping_metric not in VAL_ACCURACIES:
             raise ValueError(
@@ -120,6 +127,8 @@ class Engine:
         self.probes: list[Any] = list(probes or [])
         self.algorithm: Algorithm = factory()
         self.algorithm.init_server()
+        self.executor = resolve_executor(executor, self.algorithm, device)
+        self.executor_chunk = executor_chunk
         self.client_states: dict[int, Any] = {
             c: self.algorithm.init_client_state(c) for c in range(data.num_clients)
         }
@@ -154,7 +163,9 @@ class Engine:
         )
         if self.finished:
             return
-        executor = make_executor(self.factory, self.data, self.workers, self.device)
+        executor = make_executor(
+            self.factory, self.data, self.workers, self.device, self.executor, self.executor_chunk
+        )
         try:
             while not self.finished:
                 result = self._one_round(executor, self.round + 1)

@@ -35,12 +35,15 @@ import torch.multiprocessing as tmp
 
 from flcore.algorithms.base import ALGORITHMS, Algorithm, ClientData, ClientResult, ClientTask
 from flcore.data import FederatedData
+from flcore.errors import ConfigError
 
 __all__ = [
     "AlgorithmFactory",
     "InProcessExecutor",
     "PoolExecutor",
     "make_executor",
+    "resolve_executor",
+    "EXECUTORS",
     "client_generator",
     "WorkerStartError",
     "one_torch_thread",
@@ -238,10 +241,44 @@ class PoolExecutor:
         self._pool.join()
 
 
+#: the ``executor`` config values
+EXECUTORS = ("auto", "loop", "vectorized")
+
+
+def resolve_executor(kind: str, algorithm: Algorithm, device: str) -> str:
+    """``loop`` or ``vectorized``: ``auto`` picks the vectorized executor on CUDA where the
+    algorithm allows it and the per-client loop otherwise (so CPU runs stay bitwise
+    repeatable); ``vectorized`` for an algorithm that cannot be vectorized is a ConfigError
+    naming why, raised before any round."""
+    if kind not in EXECUTORS:
+        raise ConfigError("executor", f"must be one of {', '.join(EXECUTORS)}, got {kind!r}")
+    if kind == "loop":
+        return "loop"
+    reason = algorithm.vector_unsupported()
+    if kind == "vectorized":
+        if reason is not None:
+            raise ConfigError(
+                "executor",
+                f"'vectorized' cannot run {algorithm.name}: {reason} (use executor: loop or auto)",
+            )
+        return "vectorized"
+    return "vectorized" if reason is None and torch.device(device).type == "cuda" else "loop"
+
+
 def make_executor(
-    factory: AlgorithmFactory, fed: FederatedData, workers: int, device: str
-) -> InProcessExecutor | PoolExecutor:
-    """One worker (or any accelerator) runs in-process; otherwise a spawned pool."""
+    factory: AlgorithmFactory,
+    fed: FederatedData,
+    workers: int,
+    device: str,
+    kind: str = "loop",
+    chunk: int | None = None,
+) -> Any:
+    """``kind`` (resolved: ``loop`` or ``vectorized``) -> the executor. The loop runs
+    in-process with one worker or on any accelerator, else in a spawned pool."""
+    if kind == "vectorized":
+        from flcore.vectorized import VectorizedExecutor
+
+        return VectorizedExecutor(factory, fed, chunk=chunk)
     if workers <= 1 or device != "cpu":
         return InProcessExecutor(factory, fed)
     return PoolExecutor(factory, fed, workers)

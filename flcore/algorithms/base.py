@@ -116,6 +116,23 @@ class ClientData:
     public: ArrayDataset | None = None
 
 
+@dataclass(frozen=True)
+class VectorJob:
+    """One client's local work as the vectorized executor runs it: E epochs of the configured
+    SGD (momentum, weight decay) on the cross-entropy of the trainable parameters, from
+    ``start``, at learning rate ``lr``, with DP-SGD when the run's mechanism is ``dpsgd``.
+
+    Attributes:
+        start: the weights training starts from (at least every trainable parameter).
+        lr: this round's local learning rate.
+        prox_mu: FedProx's mu: ``mu (w - start)`` joins each step's gradient (0: none).
+    """
+
+    start: TensorDict
+    lr: float
+    prox_mu: float = 0.0
+
+
 @dataclass
 class ClientTask:
     """What the engine asks of one client in one round."""
@@ -225,6 +242,11 @@ class Algorithm(ABC):
     #: gradient-inversion attacks can simulate its upload (``attack_surface``); False: an
     #: ``attack`` config is refused before any work
     attackable: ClassVar[bool] = True
+    #: the vectorized executor (flcore.vectorized) may train this class's clients: their local
+    #: work is :class:`VectorJob`'s (SGD from a start point, optional proximal term and
+    #: DP-SGD). Read through :meth:`vectorizable`: each class declares it for itself, so a
+    #: subclass that changes the local work does not inherit it.
+    vectorized: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -250,6 +272,33 @@ class Algorithm(ABC):
         )
         self.seed = seed
         self.device = torch.device(device)
+
+    # ----------------------------------------------------------------- vectorized rounds
+    @classmethod
+    def vectorizable(cls) -> bool:
+        """Whether this class itself (not a parent) declares ``vectorized``."""
+        return bool(cls.__dict__.get("vectorized", False))
+
+    def vector_unsupported(self) -> str | None:
+        """Why this run's clients cannot be trained by the vectorized executor, or None."""
+        if not self.vectorizable():
+            return f"{self.name} trains its clients with its own local procedure"
+        return None
+
+    def vector_job(self, task: ClientTask) -> VectorJob:
+        """One client's local work in the vectorized executor's terms."""
+        raise NotImplementedError(f"{self.name} is not vectorized")
+
+    def vector_result(
+        self,
+        task: ClientTask,
+        weights: TensorDict,
+        num_samples: int,
+        metrics: dict[str, float],
+    ) -> ClientResult:
+        """The client's result from its trained weights (CPU tensors), as ``local_update``
+        would have returned it."""
+        raise NotImplementedError(f"{self.name} is not vectorized")
 
     # ----------------------------------------------------------------- validation
     @classmethod

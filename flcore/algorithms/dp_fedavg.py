@@ -28,3 +28,4 @@ class DPFedAvg(FedAvg):
     name = "dp_fedavg"
     privacy_mechanisms = frozenset({"dpsgd"})
     requires_privacy = "dpsgd"
+    vectorized = True

@@ -38,3 +38,4 @@ class DPFedAvgClient(FedAvg):
     name = "dp_fedavg_client"
     privacy_mechanisms = frozenset({"client"})
     requires_privacy = "client"
+    vectorized = True

@@ -43,6 +43,7 @@ from flcore.algorithms.base import (
     ClientData,
     ClientResult,
     ClientTask,
+    VectorJob,
     seeded,
 )
 from flcore.algorithms.training import LossFn
@@ -74,6 +75,7 @@ class FedAvg(Algorithm):
     name = "fedavg"
     privacy_mechanisms = frozenset({"dpsgd", "client"})
     Params = FedAvgParams
+    vectorized = True
 
     def trainable_keys(self, model: nn.Module) -> list[str] | None:
         """State keys that train and travel; None means the whole model."""
@@ -266,6 +268,37 @@ class FedAvg(Algorithm):
         }
         upload, state = self.split_result(weights)
         return ClientResult(task.client_id, len(data.train), upload, state, metrics)
+
+    # ------------------------------------------------------------ vectorized rounds
+    def vector_unsupported(self) -> str | None:
+        """The vectorized step is SGD's on a network without train/eval differences, one
+        architecture for every client of the run."""
+        reason = super().vector_unsupported()
+        if reason is not None:
+            return reason
+        if self.training.optimizer != "sgd":
+            return f"optimizer {self.training.optimizer!r} (the vectorized step is SGD's)"
+        model = self.client_model()
+        if next(model.buffers(), None) is not None:
+            return f"model {self.model_spec.name!r} has buffers (BatchNorm statistics)"
+        if any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules()):
+            return f"model {self.model_spec.name!r} has dropout"
+        if self.capacity is not None and self.capacity_aware:
+            return "its clients train models of several widths"
+        return None
+
+    def vector_job(self, task: ClientTask) -> VectorJob:
+        return VectorJob(start=self.starting_weights(task), lr=self.training.lr_at(task.round))
+
+    def vector_result(
+        self,
+        task: ClientTask,
+        weights: dict[str, torch.Tensor],
+        num_samples: int,
+        metrics: dict[str, float],
+    ) -> ClientResult:
+        upload, state = self.split_result(weights)
+        return ClientResult(task.client_id, num_samples, upload, state, metrics)
 
     def starting_weights(self, task: ClientTask) -> dict[str, torch.Tensor]:
         """Where local training starts: the broadcast global model."""

@@ -36,13 +36,14 @@ How, and the choices where the paper is silent, stated:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 from pydantic import Field
 from torch import nn
 
-from flcore.algorithms.base import ALGORITHMS, ClientData
+from flcore.algorithms.base import ALGORITHMS, ClientData, ClientTask, VectorJob
 from flcore.algorithms.fedavg import FedAvg, FedAvgParams
 
 __all__ = ["FedProx", "FedProxParams", "proximal_step_hook"]
@@ -83,6 +84,10 @@ class FedProx(FedAvg):
     name = "fedprox"
     privacy_mechanisms = frozenset({"dpsgd", "client"})
     Params = FedProxParams
+    vectorized = True
+
+    def vector_job(self, task: ClientTask) -> VectorJob:
+        return replace(super().vector_job(task), prox_mu=self.params.mu)  # type: ignore[attr-defined]
 
     def train_local(
         self,

@@ -42,6 +42,7 @@ class LocalOnly(FedAvg):
     reports = FedAvg.reports - {"global_accuracy"}
     privacy_mechanisms = frozenset()  # nothing leaves the client: there is nothing to protect
     capacity_aware = True
+    vectorized = True
 
     def _initial(self, width: float | None) -> dict[str, torch.Tensor]:
         """The seeded initial weights at ``width`` (None: the model spec as given)."""

@@ -233,12 +233,13 @@ def _check_channels(x: torch.Tensor, info: DatasetInfo) -> None:
 
 
 def normalize(images: torch.Tensor, info: DatasetInfo) -> torch.Tensor:
-    """uint8 images (…, C, H, W) -> float32 ``(x/255 - mean) / std`` per channel."""
+    """uint8 images (…, C, H, W) -> ``(x/255 - mean) / std`` per channel, in torch's default
+    dtype (float32, unless a float64 check set it)."""
     if images.dtype != torch.uint8:
         raise TypeError(f"normalize expects uint8 images, got {images.dtype}")
     _check_channels(images, info)
     scale, shift = _affine(info.mean, info.std, images.device)
-    return images.to(torch.float32).mul_(scale).sub_(shift)
+    return images.to(torch.get_default_dtype()).mul_(scale).sub_(shift)
 
 
 def denormalize(x: torch.Tensor, info: DatasetInfo) -> torch.Tensor:

@@ -1,0 +1,144 @@
+"""The vectorized executor equals the per-client loop (float64, real Fashion-MNIST), chunks
+change nothing, and what it cannot run is refused before any round."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from flcore.config import validate_config
+from flcore.data.partition import Partition
+from flcore.engine import Engine
+from flcore.errors import ConfigError
+from flcore.experiment import build_data, build_engine
+
+#: unequal client sizes: the last batch of an epoch, and clients that finish early
+SIZES = (97, 61, 33, 8)
+
+
+@pytest.fixture
+def float64() -> Iterator[None]:
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+def _config(tiny_config: dict, **extra: Any) -> dict:
+    return tiny_config | {
+        "num_clients": len(SIZES),
+        "samples_per_client": max(SIZES),
+        "test_samples_per_client": 40,
+        "global_test_per_class": 5,
+        "local_epochs": 2,
+        "batch_size": 16,
+        "partition": {"name": "dirichlet", "beta": 0.5},
+        **extra,
+    }
+
+
+def _engine(raw: dict, executor: str, chunk: int | None = None) -> Engine:
+    cfg = validate_config(raw | {"executor": executor, "executor_chunk": chunk})
+    data = build_data(cfg)
+    sized = Partition(
+        tuple(idx[:n] for idx, n in zip(data.train.client_indices, SIZES, strict=True))
+    )
+    return build_engine(cfg, data=dataclasses.replace(data, train=sized))
+
+
+def _weights(engine: Engine) -> dict[str, torch.Tensor]:
+    model = engine.algorithm.global_model()
+    if model is not None:
+        return model.state_dict()
+    return {f"{c}/{k}": v for c, s in engine.client_states.items() for k, v in s.items()}
+
+
+CASES = {
+    "fedavg": {},
+    "fedavg-head": {"algorithm_params": {"trainable": "head"}},
+    "fedprox": {"algorithm": "fedprox", "algorithm_params": {"mu": 0.3}},
+    "local": {"algorithm": "local"},
+    "dp_fedavg": {
+        "algorithm": "dp_fedavg",
+        "privacy": {"mechanism": "dpsgd", "noise_multiplier": 0.8, "clip": 1.0},
+    },
+    "fedprox-dpsgd": {
+        "algorithm": "fedprox",
+        "privacy": {"mechanism": "dpsgd", "noise_multiplier": 0.8, "clip": 1.0},
+    },
+    "dp_fedavg_client": {
+        "algorithm": "dp_fedavg_client",
+        "privacy": {"mechanism": "client", "noise_multiplier": 0.05, "clip": 5.0},
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_vectorized_equals_the_loop_in_float64(tiny_config: dict, float64: None, case: str):
+    raw = _config(tiny_config, **CASES[case])
+    loop, vec = _engine(raw, "loop"), _engine(raw, "vectorized")
+    assert (loop.executor, vec.executor) == ("loop", "vectorized")
+    loop.run()
+    vec.run()
+    a, b = _weights(loop), _weights(vec)
+    assert a.keys() == b.keys() and a
+    for k in a:
+        assert a[k].dtype == torch.float64
+        assert torch.allclose(a[k], b[k], rtol=0, atol=1e-9), (k, (a[k] - b[k]).abs().max())
+    for ra, rb in zip(loop.history, vec.history, strict=True):
+        for key in ("train_loss", "accuracy", "accuracy_before", "epsilon", "round_bytes_up"):
+            x, y = ra.metrics.get(key), rb.metrics.get(key)
+            assert (x is None) == (y is None), key
+            if x is not None:
+                assert x == pytest.approx(y, rel=1e-9, abs=1e-12), key
+
+
+def test_chunks_change_nothing_and_are_logged(
+    tiny_config: dict, float64: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    raw = _config(
+        tiny_config, algorithm="dp_fedavg", privacy=CASES["dp_fedavg"]["privacy"], local_epochs=1
+    )
+    whole = _engine(raw, "vectorized")
+    whole.run()
+    with caplog.at_level(logging.INFO, logger="flcore.vectorized"):
+        chunked = _engine(raw, "vectorized", chunk=3)
+        chunked.run()
+    assert "chunks of 3 clients" in caplog.text
+    a, b = _weights(whole), _weights(chunked)
+    for k in a:
+        assert torch.allclose(a[k], b[k], rtol=0, atol=1e-9), k
+
+
+def test_auto_keeps_the_loop_on_cpu(tiny_config: dict) -> None:
+    assert _engine(_config(tiny_config), "auto").executor == "loop"
+
+
+@pytest.mark.parametrize(
+    "extra, reason",
+    [
+        ({"algorithm": "ditto"}, "ditto trains its clients with its own local procedure"),
+        ({"optimizer": {"name": "adam"}}, "optimizer 'adam'"),
+    ],
+)
+def test_vectorized_refuses_what_it_cannot_run(tiny_config: dict, extra: dict, reason: str):
+    cfg = validate_config(_config(tiny_config, **extra) | {"executor": "vectorized"})
+    with pytest.raises(ConfigError, match=reason) as err:
+        build_engine(cfg)
+    assert err.value.key == "executor"
+    # auto falls back to the loop for the same run
+    assert build_engine(cfg.model_copy(update={"executor": "auto"})).executor == "loop"
+
+
+def test_subclasses_do_not_inherit_vectorized() -> None:
+    from flcore.algorithms.base import ALGORITHMS
+
+    vectorized = sorted(n for n in ALGORITHMS.names() if ALGORITHMS.get(n).vectorizable())
+    assert vectorized == ["dp_fedavg", "dp_fedavg_client", "fedavg", "fedprox", "local"]
