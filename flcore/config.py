@@ -372,6 +372,14 @@ class ExperimentConfig(_Strict):
     executor_chunk: int | None = Field(
         None, ge=1, description="clients per batched computation (vectorized); None: a round"
     )
+    gpu_memory_fraction: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="cap on this run's share of its GPU's memory (PyTorch's caching allocator "
+        "only: the CUDA context and other libraries are not counted); a trial that asks Ray for "
+        "a fraction of a GPU gets it here, since Ray's fractions cap nothing",
+    )
     partition: PartitionConfig = PartitionConfig()
     client_split: ClientSplitConfig | None = None
     capacity: CapacityConfig | None = None

@@ -6,6 +6,8 @@ import math
 import warnings
 from typing import Any
 
+import torch
+
 from flcore.algorithms import ALGORITHMS, LocalTraining, ModelSpec
 from flcore.callbacks import Callback
 from flcore.capacity import Capacity, make_capacity
@@ -14,6 +16,7 @@ from flcore.data import FederatedData, build_federated_data, load_dataset
 from flcore.data.datasets import ArrayDataset, DatasetSplits
 from flcore.data.fewshot import FewShotData, FewShotSpec, build_fewshot_data
 from flcore.engine import Engine
+from flcore.errors import ConfigError
 from flcore.executor import AlgorithmFactory
 from flcore.privacy.accounting import calibrate_history
 from flcore.privacy.mechanisms import classic_gaussian_multiplier
@@ -264,6 +267,22 @@ def knowledge_probe(cfg: ExperimentConfig, factory: AlgorithmFactory) -> Any:
     return KnowledgeInversionProbe(settings, factory)
 
 
+def cap_gpu_memory(cfg: ExperimentConfig) -> None:
+    """Apply ``gpu_memory_fraction`` to the run's CUDA device: an allocation past it raises
+    ``torch.OutOfMemoryError`` (the vectorized executor halves its chunk and retries; the loop
+    fails the run with it). Only PyTorch's caching allocator is capped, not the CUDA context
+    (about 500 MB) or other libraries' memory."""
+    if cfg.gpu_memory_fraction is None:
+        return
+    device = torch.device(cfg.device)
+    if device.type != "cuda":
+        raise ConfigError(
+            "gpu_memory_fraction", f"caps a CUDA device's memory; this run's device is {cfg.device}"
+        )
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    torch.cuda.set_per_process_memory_fraction(cfg.gpu_memory_fraction, index)
+
+
 def build_engine(
     cfg: ExperimentConfig,
     *,
@@ -276,6 +295,7 @@ def build_engine(
         ConfigError: ``early_stopping`` without validation records (before any data is built).
     """
     check_early_stopping(cfg)
+    cap_gpu_memory(cfg)
     data = data if data is not None else build_data(cfg)
     info = data.info
     capacity = build_capacity(cfg)

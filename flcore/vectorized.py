@@ -64,7 +64,7 @@ __all__ = ["VectorizedExecutor", "EVAL_ROWS"]
 log = logging.getLogger(__name__)
 
 #: rows (clients x records) one evaluation forward pass takes at most
-EVAL_ROWS = 20_000
+EVAL_ROWS = 5_000
 
 
 class _Records:

@@ -89,8 +89,9 @@ class _AdditiveStep:
         #: when set (by a backward hook), theta steps with these gradients instead of .grad
         self.theta_grads: dict[str, torch.Tensor] | None = None
         self.named = [(k, p) for k, p in model.named_parameters()]
-        self.w = {k: w[k].clone().requires_grad_(True) for k, _ in self.named}
-        self.theta = {k: theta[k].clone().requires_grad_(True) for k, _ in self.named}
+        # on the model's device: the client's theta is kept on the CPU between rounds
+        self.w = {k: w[k].to(p.device).clone().requires_grad_(True) for k, p in self.named}
+        self.theta = {k: theta[k].to(p.device).clone().requires_grad_(True) for k, p in self.named}
         self.opt_w = make(self.w.values())
         self.opt_theta = make(self.theta.values(), lr_scale=alpha) if alpha > 0 else None
         self._write()

@@ -94,7 +94,8 @@ class ClientLevelDP:
         return sorted(int(i) for i in rng.choice(n, size=m, replace=False))
 
     def begin(self, global_state: Mapping[str, torch.Tensor]) -> None:
-        self._base = {k: v.detach().clone() for k, v in global_state.items()}
+        # on the CPU, where uploads arrive and the noise generator draws, whatever the device
+        self._base = {k: v.detach().to("cpu", copy=True) for k, v in global_state.items()}
         self._sum = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in self._base.items()}
         self._count = 0
 

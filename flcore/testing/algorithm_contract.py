@@ -164,7 +164,9 @@ def check_evaluation_is_passive(cfg: ExperimentConfig, data: FederatedData) -> N
     if not server.algorithm.client_evaluation:  # the server evaluates every client instead
         assert not {"accuracy", "accuracy_before"} & (a.metrics.keys() | b.metrics.keys())
         before = server.algorithm.state_dict()
-        server.algorithm.evaluate_server(server.data, server.client_states, torch.device("cpu"))
+        server.algorithm.evaluate_server(
+            server.data, server.client_states, torch.device(cfg.device)
+        )
         assert _state_equal(before, server.algorithm.state_dict()), "evaluation moved the server"
         return
     assert {"accuracy", "accuracy_before"} <= a.metrics.keys()

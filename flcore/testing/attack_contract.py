@@ -119,9 +119,10 @@ def check_observation_is_the_servers_view(cfg: ExperimentConfig, data: Federated
 
 
 def check_attack_contract(name: str, obs: Observation) -> None:
-    attack = ATTACKS.create(name, params={"iterations": 3, "seed": 1})
-    a = attack.reconstruct(obs)
-    b = ATTACKS.create(name, params={"iterations": 3, "seed": 1}).reconstruct(obs)
+    device = str(next(iter(obs.surface.start.values())).device)  # where the run trained
+    params = {"iterations": 3, "seed": 1}
+    a = ATTACKS.create(name, params=params, device=device).reconstruct(obs)
+    b = ATTACKS.create(name, params=params, device=device).reconstruct(obs)
     assert a.images.shape == (obs.num_records, *obs.image_shape)
     assert float(a.images.min()) >= 0.0 and float(a.images.max()) <= 1.0
     assert a.label_source in ("given", "idlg")

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Issue 28's GPU figures in one go, on a machine with a CUDA GPU, PyTorch and this checkout, and
+# without Ray, MLflow or Optuna (flcore alone). Each stage has its own time limit and writes to
+# $OUT as it goes, so a stage that runs over still leaves the ones before it.
+#
+#   OUT=/tmp/gpu WHEELS=.whl FMNIST_GZ=.gpudata STAGES="1 2 3 4" bash benchmarks/gpu_session.sh
+#
+# WHEELS: a folder of wheels to install first (pydantic, pydantic-core, annotated-types,
+#   typing-inspection, typing-extensions, opacus, dp-accounting, dm-tree where absent);
+# FMNIST_GZ: a folder holding Fashion-MNIST's four .gz files, copied where flcore looks for
+#   Debian's dataset-fashion-mnist.
+set -u
+OUT=${OUT:-/tmp/fedsweep-gpu}
+mkdir -p "$OUT"
+if [ -n "${WHEELS:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$WHEELS"/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+if [ -n "${FMNIST_GZ:-}" ]; then
+  mkdir -p /usr/share/datasets/fashion-mnist && cp "$FMNIST_GZ"/*.gz /usr/share/datasets/fashion-mnist/
+fi
+export FEDSWEEP_DATA_ROOT=${FEDSWEEP_DATA_ROOT:-/tmp/fedsweep-data}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/nvidia-smi.txt" 2>&1
+B=benchmarks/gpu_rounds.py
+STAGES=${STAGES:-1 2 3 4}
+stage() { [[ " $STAGES " == *" $1 "* ]]; }
+# 1. per-round times: loop against vectorized (FedAvg 20/100), HyperFL and DP-FedAvg against FedAvg
+stage 1 && timeout "${T_ROUNDS:-150}" python3 $B --parts rounds --rounds 2 --deterministic 0 --out "$OUT/rounds.json" > "$OUT/rounds.log" 2>&1
+# 2. the memory cap and the chunk it leaves; trial packing (1, 4, 8 processes on the GPU)
+stage 2 && timeout "${T_PACK:-80}" python3 $B --parts cap packing --out "$OUT/packing.json" > "$OUT/packing.log" 2>&1
+# 3. the contract suite on CUDA
+stage 3 && timeout "${T_TESTS:-100}" python3 -m pytest -q -m gpu tests/contract/test_cuda.py -p no:cacheprovider \
+  -n 8 > "$OUT/pytest-gpu.log" 2>&1
+# 4. repeatability on CUDA, and what deterministic algorithms cost
+stage 4 && timeout "${T_DET:-150}" python3 $B --parts repeatable rounds --cases fedavg dp_fedavg --clients 20 \
+  --rounds 2 --deterministic 0 1 --out "$OUT/deterministic.json" > "$OUT/deterministic.log" 2>&1
+tail -n 3 "$OUT"/*.log
+exit 0
