@@ -221,6 +221,7 @@ def run_sweep(
             objectives=[o.name for o in spec.objectives],
             fills=missing_fills(spec),
             device=device,
+            gpu=spec.resources.gpu,
         ),
         {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
     )

@@ -70,6 +70,17 @@ def _process_age() -> float:
         return math.nan
 
 
+def trial_placement(cfg: ExperimentConfig, device: str, gpu: float) -> ExperimentConfig:
+    """A trial's config on its device: clients in-process (``workers: 1``), and a trial that
+    asked Ray for a fraction of a GPU capped at that fraction of the GPU's memory
+    (``gpu_memory_fraction``), since Ray's fractions schedule but cap nothing; a fraction the
+    config sets itself is kept."""
+    update: dict[str, Any] = {"workers": 1, "device": device}
+    if device.startswith("cuda") and 0 < gpu < 1 and cfg.gpu_memory_fraction is None:
+        update["gpu_memory_fraction"] = gpu
+    return cfg.model_copy(update=update)
+
+
 class FLTrainable(tune.Trainable):
     """Runs one configuration for every seed; ``setup`` gets the spec pieces through
     ``tune.with_parameters``."""
@@ -84,15 +95,14 @@ class FLTrainable(tune.Trainable):
         objectives: list[str],
         fills: dict[str, dict[str, float]],
         device: str = "cpu",
+        gpu: float = 0.0,
     ) -> None:
         torch.set_num_threads(max(1, int(os.environ.get("FEDSWEEP_TORCH_THREADS", "1"))))
         self.base = ExperimentConfig.model_validate(base)
         self.seeds = list(seeds)
         self.rounds_per_step = rounds_per_step
         self.objectives = list(objectives)
-        self.exp_config = trial_experiment_config(config, self.base).model_copy(
-            update={"workers": 1, "device": device}
-        )
+        self.exp_config = trial_placement(trial_experiment_config(config, self.base), device, gpu)
         # only the objectives this algorithm cannot report (spec-level, see missing_fills)
         self.fills = dict(fills.get(self.exp_config.algorithm, {}))
         self.engines: list[Engine] = []
