@@ -258,16 +258,22 @@ def sweep(
 
 @app.command()
 def export(
-    experiment: Annotated[str, typer.Option(help="MLflow experiment name")],
+    experiment: Annotated[
+        str | None, typer.Option(help="MLflow experiment name (default with --spec: its own)")
+    ] = None,
     out: Annotated[Path, typer.Option(help="Parquet file to write")] = Path("results.parquet"),
     parent_run_id: Annotated[str | None, typer.Option(help="only this sweep's trials")] = None,
+    spec: Annotated[Path | None, typer.Option(help=_SPEC_HELP)] = None,
 ) -> None:
     """Write one row per run (config, final metrics, status, durations) to Parquet."""
     from sweeps.export import export_sweep
-    from sweeps.tracking import tracking_uri
 
+    uri, names = _store_or_fail(spec, [experiment] if experiment else None)
+    if not names:
+        _fail("give --experiment NAME or --spec SWEEP.yaml")
+    experiment = names[0]
     try:
-        df = export_sweep(tracking_uri(), experiment, out=out, parent_run_id=parent_run_id)
+        df = export_sweep(uri, experiment, out=out, parent_run_id=parent_run_id)
     except ValueError as exc:
         _fail(str(exc))
     if not len(df):
@@ -331,13 +337,38 @@ def _count(text: str | None) -> int:
     return len(text.split(",")) if text is not None else 0
 
 
+_SPEC_HELP = (
+    "a sweep spec: read the store (tracking.uri) and experiment it writes to, resolved as "
+    "`fedsweep sweep` resolves them"
+)
+
+
+def _store_or_fail(spec: Path | None, experiments: list[str] | None) -> tuple[str, list[str]]:
+    """The tracking URI and experiments a reading command uses: those of a sweep spec (one
+    resolver, sweeps.tracking.resolve_tracking_uri, for the sweep and every reader), else the
+    environment's store and the experiments given. A bad spec exits with code 2."""
+    from sweeps.tracking import tracking_uri
+
+    if spec is None:
+        return tracking_uri(), list(experiments or [])
+    from sweeps.spec import load_spec
+    from sweeps.sweep import experiment_name, sweep_tracking_uri
+
+    try:
+        loaded = load_spec(spec)
+    except FedSweepError as exc:
+        _fail(f"invalid sweep spec {spec}: {exc}")
+    return sweep_tracking_uri(loaded), list(experiments or [experiment_name(loaded)])
+
+
 def _runs_or_fail(
     experiments: list[str] | None,
     parquet: Path | None = None,
     filter_string: str = "",
     sweep_name: str | None = None,
+    uri: str | None = None,
 ) -> Any:
-    """The runs table from MLflow or Parquet; bad input exits with code 2."""
+    """The runs table from MLflow (the store ``uri``) or Parquet; bad input exits with code 2."""
     from analysis.load import LoadError, load_parquet, load_runs
 
     if bool(experiments) == (parquet is not None):
@@ -346,7 +377,9 @@ def _runs_or_fail(
         if parquet is not None:
             df = load_parquet(parquet)
         else:
-            df = load_runs(experiments or [], filter_string=filter_string, sweep=sweep_name)
+            df = load_runs(
+                experiments or [], filter_string=filter_string, sweep=sweep_name, uri=uri
+            )
     except LoadError as exc:
         _fail(str(exc))
     if not len(df):
@@ -441,6 +474,7 @@ def pareto(
     ] = None,
     out: Annotated[Path, typer.Option(help="folder for the PNG, CSVs and HTML")] = Path("."),
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
+    spec: Annotated[Path | None, typer.Option(help=_SPEC_HELP)] = None,
 ) -> None:
     """Pareto fronts per group and overall: print them, write a PNG, CSVs and an HTML plot.
 
@@ -455,7 +489,9 @@ def pareto(
     if objs is not None:
         _reference_or_fail(reference, len(objs))  # bad input fails before reading the store
     group = None if by.lower() == "none" else by
-    df = _runs_or_fail(experiment, parquet, filter_, sweep_name)
+    uri, names = _store_or_fail(spec, experiment)
+    experiment = names or None
+    df = _runs_or_fail(experiment, parquet, filter_, sweep_name, uri)
     source = "--objectives"
     if objs is None:
         objs, source = _default_objectives_or_fail(df, parquet)
@@ -516,8 +552,9 @@ def query(
         ),
     ],
     experiment: Annotated[
-        list[str], typer.Option("--experiment", "-e", help="MLflow experiment (repeatable)")
-    ],
+        list[str] | None,
+        typer.Option("--experiment", "-e", help="MLflow experiment (repeatable)"),
+    ] = None,
     format_: Annotated[QueryFormat, typer.Option("--format", help="output format")] = (
         QueryFormat.table
     ),
@@ -525,14 +562,18 @@ def query(
     columns: Annotated[
         str | None, typer.Option(help="comma-separated columns (default: all; table: a few)")
     ] = None,
+    spec: Annotated[Path | None, typer.Option(help=_SPEC_HELP)] = None,
 ) -> None:
     """Runs matching an MLflow filter, as a table, CSV or Parquet."""
     if format_ is QueryFormat.parquet and out is None:
         _fail("--format parquet needs --out FILE")
     from analysis.load import LoadError, load_runs
 
+    uri, experiment = _store_or_fail(spec, experiment)
+    if not experiment:
+        _fail("give --experiment NAME (repeatable) or --spec SWEEP.yaml")
     try:
-        df = load_runs(experiment, filter_string=filter_)
+        df = load_runs(experiment, filter_string=filter_, uri=uri)
     except LoadError as exc:
         _fail(str(exc))
     if columns is not None:
@@ -580,8 +621,9 @@ def _emit(df: Any, format_: QueryFormat, out: Path | None) -> None:
 @app.command()
 def report(
     experiment: Annotated[
-        list[str], typer.Option("--experiment", "-e", help="MLflow experiment (repeatable)")
-    ],
+        list[str] | None,
+        typer.Option("--experiment", "-e", help="MLflow experiment (repeatable)"),
+    ] = None,
     out: Annotated[Path, typer.Option(help="the HTML file")] = Path("report.html"),
     objectives: Annotated[str | None, typer.Option(help=_OBJECTIVES_HELP)] = None,
     by: Annotated[str, typer.Option(help="the grouping column")] = "algorithm",
@@ -595,6 +637,7 @@ def report(
     reference: Annotated[
         str | None, typer.Option(help="hypervolume reference point, e.g. '0,10'")
     ] = None,
+    spec: Annotated[Path | None, typer.Option(help=_SPEC_HELP)] = None,
 ) -> None:
     """One self-contained HTML page: spec, fronts, best configs, communication, attacks,
     the paper's numbers beside ours, provenance."""
@@ -608,10 +651,14 @@ def report(
     ref = _reference_or_fail(reference, len(objs) if objs is not None else _count(reference))
     if out.exists() and out.is_dir():
         _fail(f"--out {out} is a folder; give a file name such as {out / 'report.html'}")
+    uri, experiment = _store_or_fail(spec, experiment)
+    if not experiment:
+        _fail("give --experiment NAME (repeatable) or --spec SWEEP.yaml")
     try:
         data = collect_report(
             experiment,
             objs,
+            uri=uri,
             filter_string=filter_,
             sweep=sweep_name,
             by=by,
@@ -674,7 +721,8 @@ def ui(
         bool, typer.Option("--optuna", help="the Optuna dashboard of a sweep's study instead")
     ] = False,
     spec: Annotated[
-        Path | None, typer.Option(help="--optuna: the sweep spec (its storage and study)")
+        Path | None,
+        typer.Option(help="the sweep spec: its tracking store (with --optuna: its study)"),
     ] = None,
     storage: Annotated[
         str | None,
@@ -696,10 +744,9 @@ def ui(
         require_free_port,
         serve,
     )
-    from sweeps.tracking import tracking_uri
 
-    if not optuna and (spec or storage or study):
-        _fail("--spec, --storage and --study go with --optuna")
+    if not optuna and (storage or study):
+        _fail("--storage and --study go with --optuna")
     port = port or (8080 if optuna else 5000)
     try:
         require_free_port(port)
@@ -708,7 +755,7 @@ def ui(
             cmd, env, url = optuna_dashboard_command(target.storage, port), None, target.url(port)
             what = f"Optuna dashboard ({target.storage})"
         else:
-            uri = tracking_uri()
+            uri, _ = _store_or_fail(spec, None)
             cmd, env = mlflow_ui_command(uri, port)
             url, what = f"http://{HOST}:{port}/", f"MLflow UI ({uri})"
     except DashboardError as exc:

@@ -26,6 +26,8 @@ from sweeps.inf_values import resolve_inf_values
 from sweeps.spec import NSGA2_POPULATION, SweepSpec
 from sweeps.spec_record import check_resume, resolved_spec, write_record
 from sweeps.study_store import default_choice, holds_study, open_storage, study_location
+from sweeps.tracking import experiment_name as tracking_experiment
+from sweeps.tracking import resolve_tracking_uri
 
 __all__ = ["plan", "run_sweep", "study_storage", "SweepPaths"]
 
@@ -51,27 +53,15 @@ class SweepPaths:
         return (self.tune_dir / "tuner.pkl").is_file() or self.state.is_file()
 
 
-def resolve_tracking_uri(spec: SweepSpec) -> str:
-    """An absolute tracking URI (a relative sqlite path would follow Ray's directory changes)."""
-    uri = spec.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
-    if not uri:
-        return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return f"sqlite:///{Path(uri[len('sqlite:///') :]).resolve()}"
-    if "://" not in uri:
-        return str(Path(uri).resolve())
-    return uri
+def sweep_tracking_uri(spec: SweepSpec) -> str:
+    """The store a sweep writes to (``tracking.uri``, resolved as every command resolves it)."""
+    return resolve_tracking_uri(spec.tracking.uri)
 
 
 def experiment_name(spec: SweepSpec) -> str:
     """The MLflow experiment: ``tracking.experiment``, else the base config's ``experiment``,
     else ``MLFLOW_EXPERIMENT_NAME``, else the sweep's name."""
-    return (
-        spec.tracking.experiment
-        or spec.base.experiment
-        or os.environ.get("MLFLOW_EXPERIMENT_NAME")
-        or spec.name
-    )
+    return tracking_experiment(spec.tracking.experiment or spec.base.experiment, spec.name)
 
 
 def plan(spec: SweepSpec, *, address: str | None = None) -> dict[str, Any]:
@@ -93,7 +83,7 @@ def plan(spec: SweepSpec, *, address: str | None = None) -> dict[str, Any]:
         "sampler": spec.sampler.model_dump(),
         "scheduler": spec.scheduler.model_dump(),
         "ray_address": address or spec.ray.address or "local (started by fedsweep)",
-        "tracking_uri": resolve_tracking_uri(spec),
+        "tracking_uri": sweep_tracking_uri(spec),
         "experiment": experiment_name(spec),
         "storage": str(paths.root),
         "results_parquet": str(paths.parquet),
@@ -163,7 +153,7 @@ def run_sweep(
             f"{paths.root}: resume it with --resume, or choose another name",
         )
     tree = resolved_spec(
-        spec, tracking_uri=resolve_tracking_uri(spec), experiment=experiment_name(spec)
+        spec, tracking_uri=sweep_tracking_uri(spec), experiment=experiment_name(spec)
     )
     if resume:  # before Ray starts and before anything is written
         check_resume(spec.name, paths.spec_record, tree)
@@ -193,7 +183,7 @@ def run_sweep(
     from sweeps.trainable import FLTrainable
     from sweeps.tune_tracking import MLflowDriverCallback, SweepState
 
-    uri = resolve_tracking_uri(spec)
+    uri = sweep_tracking_uri(spec)
     client = mlflow_client(uri)
     exp_name = experiment_name(spec)
     exp_id = experiment_id(client, exp_name)

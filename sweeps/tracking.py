@@ -30,14 +30,31 @@ __all__ = [
 DEFAULT_EXPERIMENT = "fedsweep"
 
 
+def resolve_tracking_uri(uri: str | None = None) -> str:
+    """The tracking URI, resolved one way for every command (``sweep``, ``run``, ``export``,
+    ``pareto``, ``query``, ``report``, ``ui``): ``uri`` (a sweep spec's ``tracking.uri``), else
+    ``MLFLOW_TRACKING_URI``, else ``sqlite:///<cwd>/mlflow.db``. A relative sqlite path (or a
+    bare path) is made absolute here, once: Ray's workers change directory, and a command run
+    from elsewhere must still find the store."""
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return f"sqlite:///{Path(uri[len('sqlite:///') :]).resolve()}"
+    if "://" not in uri:
+        return str(Path(uri).resolve())
+    return uri
+
+
 def tracking_uri() -> str:
-    """``MLFLOW_TRACKING_URI``, else the sqlite store in the working directory."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    """:func:`resolve_tracking_uri` with nothing configured: the environment's, else the sqlite
+    store in the working directory."""
+    return resolve_tracking_uri(None)
 
 
-def experiment_name(configured: str | None) -> str:
-    """The config's ``experiment``, else ``MLFLOW_EXPERIMENT_NAME``, else ``fedsweep``."""
-    return configured or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
+def experiment_name(configured: str | None, default: str = DEFAULT_EXPERIMENT) -> str:
+    """The configured experiment, else ``MLFLOW_EXPERIMENT_NAME``, else ``default``."""
+    return configured or os.environ.get("MLFLOW_EXPERIMENT_NAME") or default
 
 
 def sqlite_path(uri: str) -> Path | None:

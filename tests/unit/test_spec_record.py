@@ -18,7 +18,7 @@ from sweeps.spec_record import (
     spec_hash,
     write_record,
 )
-from sweeps.sweep import SweepPaths, experiment_name, resolve_tracking_uri, run_sweep
+from sweeps.sweep import SweepPaths, experiment_name, run_sweep, sweep_tracking_uri
 
 
 def _raw(tmp_path: Path, **over: Any) -> dict[str, Any]:
@@ -34,7 +34,7 @@ def _raw(tmp_path: Path, **over: Any) -> dict[str, Any]:
 
 def _tree(spec: SweepSpec) -> dict[str, Any]:
     return resolved_spec(
-        spec, tracking_uri=resolve_tracking_uri(spec), experiment=experiment_name(spec)
+        spec, tracking_uri=sweep_tracking_uri(spec), experiment=experiment_name(spec)
     )
 
 

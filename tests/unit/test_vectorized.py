@@ -67,10 +67,12 @@ CASES = {
     "local": {"algorithm": "local"},
     "dp_fedavg": {
         "algorithm": "dp_fedavg",
+        "local_epochs": 1,
         "privacy": {"mechanism": "dpsgd", "noise_multiplier": 0.8, "clip": 1.0},
     },
     "fedprox-dpsgd": {
         "algorithm": "fedprox",
+        "local_epochs": 1,
         "privacy": {"mechanism": "dpsgd", "noise_multiplier": 0.8, "clip": 1.0},
     },
     "dp_fedavg_client": {
@@ -103,9 +105,7 @@ def test_vectorized_equals_the_loop_in_float64(tiny_config: dict, float64: None,
 def test_chunks_change_nothing_and_are_logged(
     tiny_config: dict, float64: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    raw = _config(
-        tiny_config, algorithm="dp_fedavg", privacy=CASES["dp_fedavg"]["privacy"], local_epochs=1
-    )
+    raw = _config(tiny_config, **CASES["dp_fedavg"])
     whole = _engine(raw, "vectorized")
     whole.run()
     with caplog.at_level(logging.INFO, logger="flcore.vectorized"):
