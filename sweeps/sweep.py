@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import sysconfig
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,44 @@ class SweepPaths:
     def made(self) -> bool:
         """Whether this sweep was started here (Tune saved its state, or the driver its own)."""
         return (self.tune_dir / "tuner.pkl").is_file() or self.state.is_file()
+
+
+#: variables every trial process gets from the driver's environment (besides ``FEDSWEEP_*``)
+FORWARDED_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_DISABLE_TELEMETRY")
+
+
+def trial_runtime_env(*, cluster: bool) -> dict[str, Any]:
+    """Ray's ``runtime_env`` for the sweep's workers: the driver's ``FEDSWEEP_*`` variables
+    (plugins, data root, torch threads) and MLflow's, on every node; on a cluster also the
+    plugin modules' code (``py_modules``) for the packages ``FEDSWEEP_PLUGINS`` names, so a
+    node without them installed still knows their algorithms."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("FEDSWEEP_") or k in FORWARDED_ENV}
+    out: dict[str, Any] = {"env_vars": env}
+    if cluster:
+        packages = plugin_packages()
+        if packages:
+            out["py_modules"] = packages
+    return out
+
+
+def plugin_packages() -> list[Any]:
+    """The local (not installed) top-level packages of the ``FEDSWEEP_PLUGINS`` modules, which
+    Ray ships to every node. A single-file plugin module cannot travel (Ray ships folders):
+    install it on the nodes."""
+    import importlib
+
+    from flcore.plugins import ENV_VAR, load_plugins
+
+    load_plugins()
+    names = [n.strip() for n in os.environ.get(ENV_VAR, "").split(",") if n.strip()]
+    installed = {str(Path(p).resolve()) for k, p in sysconfig.get_paths().items() if "lib" in k}
+    out: list[Any] = []
+    for top in sorted({n.split(".")[0] for n in names}):
+        module = importlib.import_module(top)
+        where = str(Path(getattr(module, "__file__", None) or ".").resolve())
+        if getattr(module, "__path__", None) and not any(where.startswith(p) for p in installed):
+            out.append(module)
+    return out
 
 
 def sweep_tracking_uri(spec: SweepSpec) -> str:
@@ -235,13 +274,18 @@ def run_sweep(
     ray_start = time.perf_counter()
     if not ray.is_initialized():
         if address:
-            ray.init(address=address, log_to_driver=verbose > 1)
+            ray.init(
+                address=address,
+                log_to_driver=verbose > 1,
+                runtime_env=trial_runtime_env(cluster=True),
+            )
         else:
             ray.init(
-                num_cpus=spec.ray.num_cpus or os.cpu_count(),
+                num_cpus=spec.ray.num_cpus,  # None: Ray's own, container-aware count
                 num_gpus=spec.ray.num_gpus,
                 include_dashboard=False,
                 log_to_driver=verbose > 1,
+                runtime_env=trial_runtime_env(cluster=False),
             )
     ray_init_seconds = time.perf_counter() - ray_start
     try:

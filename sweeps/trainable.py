@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -70,6 +69,18 @@ def _process_age() -> float:
         return math.nan
 
 
+def trial_threads() -> int:
+    """Torch threads of a trial: ``FEDSWEEP_TORCH_THREADS`` if set, else the CPUs Ray assigned
+    the trial (at least 1)."""
+    if os.environ.get("FEDSWEEP_TORCH_THREADS"):
+        return max(1, int(os.environ["FEDSWEEP_TORCH_THREADS"]))
+    try:
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
+    except Exception:  # outside a Ray worker  # noqa: BLE001
+        cpus = 1.0
+    return max(1, int(cpus))
+
+
 def trial_placement(cfg: ExperimentConfig, device: str, gpu: float) -> ExperimentConfig:
     """A trial's config on its device: clients in-process (``workers: 1``), and a trial that
     asked Ray for a fraction of a GPU capped at that fraction of the GPU's memory
@@ -97,7 +108,7 @@ class FLTrainable(tune.Trainable):
         device: str = "cpu",
         gpu: float = 0.0,
     ) -> None:
-        torch.set_num_threads(max(1, int(os.environ.get("FEDSWEEP_TORCH_THREADS", "1"))))
+        torch.set_num_threads(trial_threads())
         self.base = ExperimentConfig.model_validate(base)
         self.seeds = list(seeds)
         self.rounds_per_step = rounds_per_step
@@ -202,7 +213,8 @@ class FLTrainable(tune.Trainable):
     def _report(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "round": int(self.engines[0].round),
-            "node_ip": socket.gethostbyname(socket.gethostname()),
+            # Ray's own address of this node (the host name may not resolve)
+            "node_ip": ray.util.get_node_ip_address(),
             "node_id": ray.get_runtime_context().get_node_id(),
             "device": self.exp_config.device,
             "algorithm": self.exp_config.algorithm,
