@@ -367,7 +367,7 @@ class ExperimentConfig(_Strict):
         "auto",
         description="how a round's clients train: 'loop' one after another (in process or a "
         "pool of workers), 'vectorized' as one batched computation (FedAvg, FedProx, "
-        "Local-only, DP-FedAvg), 'auto' vectorized on CUDA where allowed, else the loop",
+        "Local-only, Ditto, DP-FedAvg), 'auto' vectorized on CUDA where allowed, else the loop",
     )
     executor_chunk: int | None = Field(
         None, ge=1, description="clients per batched computation (vectorized); None: a round"

@@ -6,9 +6,10 @@ a chunk of K clients are stacked on a leading client dimension and every local s
 client runs as one ``torch.func.vmap`` over ``functional_call``; the SGD state (momentum
 buffers) is stacked the same way. What it runs is :class:`~flcore.algorithms.base.VectorJob`,
 the local work of the algorithms that declare ``vectorized`` (FedAvg, FedProx, Local-only,
-DP-FedAvg with record-level or client-level DP): E epochs of SGD with momentum and weight decay
-on the cross-entropy, from a start point, with FedProx's proximal gradient and DP-SGD as
-options. Other algorithms keep the loop (``executor: auto``) or are refused
+Ditto, DP-FedAvg with record-level or client-level DP): E epochs of SGD with momentum and weight
+decay on the cross-entropy, from a start point, with a proximal gradient (FedProx's, Ditto's
+personal objective) and DP-SGD as options, and a second training on the same client generator
+where the algorithm has one (Ditto: the global model, then the personal one, which is judged). Other algorithms keep the loop (``executor: auto``) or are refused
 (``executor: vectorized``) with the reason, before any round.
 
 The same arithmetic as the loop, step for step:
@@ -168,50 +169,76 @@ class VectorizedExecutor:
     def _run_chunk(self, tasks: list[ClientTask]) -> list[ClientResult]:
         began = time.perf_counter()
         alg, fed = self._alg, self._fed
-        jobs = [alg.vector_job(task) for task in tasks]
-        start = {k: torch.stack([j.start[k] for j in jobs]).to(self.device) for k in self._names}
-        dtype = start[self._names[0]].dtype
-        params = {k: v.clone() for k, v in start.items()}
-        lr = torch.tensor([j.lr for j in jobs], dtype=dtype, device=self.device)
-        mu = torch.tensor([j.prox_mu for j in jobs], dtype=dtype, device=self.device)
+        phases = [[alg.vector_job(task) for task in tasks]]
+        while any(j.then is not None for j in phases[-1]):
+            nxt = [j.then for j in phases[-1]]
+            if any(j is None for j in nxt):
+                raise ValueError(f"{alg.name}: clients of one round planned different phases")
+            phases.append(nxt)  # type: ignore[arg-type]
         train_rows = [
             torch.tensor(fed.train.client_indices[t.client_id], dtype=torch.long) for t in tasks
         ]
+        # each client's own stream, as the loop's client_generator: it runs on through phases
+        gens = [torch.Generator() for _ in tasks]
+        for g, task in zip(gens, tasks, strict=True):
+            g.set_state(_client_state(task))
         metrics: list[dict[str, float]] = [{} for _ in tasks]
         judged = [k for k, t in enumerate(tasks) if t.evaluate]
-        if judged:
-            self._evaluate_into(metrics, judged, params, tasks, before=True)
-        losses = self._train(params, start, lr, mu, tasks, train_rows)
-        for k, loss in enumerate(losses):
-            metrics[k]["train_loss"] = loss
-        if judged:
-            self._evaluate_into(metrics, judged, params, tasks, before=False)
+        trained: list[dict[str, torch.Tensor]] = []
+        for depth, jobs in enumerate(phases):
+            last = depth == len(phases) - 1
+            start = {
+                k: torch.stack([j.start[k] for j in jobs]).to(self.device) for k in self._names
+            }
+            anchor = {
+                k: torch.stack([(j.anchor or j.start)[k] for j in jobs]).to(self.device)
+                for k in self._names
+            }
+            dtype = start[self._names[0]].dtype
+            params = {k: v.clone() for k, v in start.items()}
+            lr = torch.tensor([j.lr for j in jobs], dtype=dtype, device=self.device)
+            mu = torch.tensor([j.prox_mu for j in jobs], dtype=dtype, device=self.device)
+            if last and judged:  # the model the client keeps is the one it is judged on
+                self._evaluate_into(metrics, judged, params, tasks, before=True)
+            private = all(j.private for j in jobs)
+            losses = self._train(params, anchor, lr, mu, tasks, gens, train_rows, private)
+            if depth == 0:  # the released model's loss, as the loop reports it
+                for k, loss in enumerate(losses):
+                    metrics[k]["train_loss"] = loss
+            if last and judged:
+                self._evaluate_into(metrics, judged, params, tasks, before=False)
+            trained.append(params)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         seconds = (time.perf_counter() - began) / len(tasks)
         results = []
         for k, task in enumerate(tasks):
-            weights = {key: params[key][k].detach().to("cpu", copy=True) for key in self._keys}
+            weights, kept = (
+                {key: p[key][k].detach().to("cpu", copy=True) for key in self._keys}
+                for p in (trained[0], trained[-1])
+            )
             metrics[k]["client_seconds"] = seconds
-            results.append(alg.vector_result(task, weights, len(train_rows[k]), metrics[k]))
+            kept_or_none = kept if len(trained) > 1 else None
+            results.append(
+                alg.vector_result(task, weights, len(train_rows[k]), metrics[k], kept_or_none)
+            )
         return results
 
     # ------------------------------------------------------------------ training
     def _train(
         self,
         params: dict[str, torch.Tensor],
-        start: dict[str, torch.Tensor],
+        anchor: dict[str, torch.Tensor],
         lr: torch.Tensor,
         mu: torch.Tensor,
         tasks: list[ClientTask],
+        gens: list[torch.Generator],
         rows: list[torch.Tensor],
+        private: bool = True,
     ) -> list[float]:
-        """Every client's E epochs, step by step in lockstep; returns each one's mean loss."""
+        """Every client's E epochs, step by step in lockstep (DP-SGD when the run's mechanism
+        is ``dpsgd`` and ``private``); returns each one's mean loss."""
         t = self._alg.training
-        gens = [torch.Generator() for _ in tasks]
-        for g, task in zip(gens, tasks, strict=True):
-            # the loop's client_generator, re-seeded here: same stream, same draws
-            g.set_state(_client_state(task))
         n = [len(r) for r in rows]
         steps = torch.tensor([t.epochs * math.ceil(nk / t.batch_size) for nk in n])
         total = int(steps.max()) if len(n) else 0
@@ -227,14 +254,14 @@ class VectorizedExecutor:
             ce = F.cross_entropy(self._functional(p, x), y, reduction="none")
             return (ce * m).sum() / m.sum().clamp(min=1)
 
-        if self._dp is None:
+        if self._dp is None or not private:
             idx, mask = self._epoch_batches(gens, rows, total)
             step = vmap(grad_and_value(batch_loss))
             for s in range(total):
                 x, y = self._train_set.batch(idx[:, s])
                 grads, loss = step(params, x, y, mask[:, s].to(dtype))
                 loss_sum += torch.where(active[:, s], loss, 0.0)
-                self._sgd(params, buf, grads, start, lr, mu, active[:, s])
+                self._sgd(params, buf, grads, anchor, lr, mu, active[:, s])
         else:
             dp = self._dp
             noise_gen = None
@@ -270,7 +297,7 @@ class VectorizedExecutor:
                 with torch.no_grad():
                     loss = forward_loss(params, x, y, mask.to(dtype))
                 loss_sum += torch.where(active[:, s], loss, 0.0)
-                self._sgd(params, buf, grads, start, lr, mu, active[:, s])
+                self._sgd(params, buf, grads, anchor, lr, mu, active[:, s])
         return (loss_sum.cpu() / steps.clamp(min=1).to(dtype)).tolist()
 
     def _epoch_batches(
@@ -340,7 +367,7 @@ class VectorizedExecutor:
         params: dict[str, torch.Tensor],
         buf: dict[str, torch.Tensor],
         grads: dict[str, torch.Tensor],
-        start: dict[str, torch.Tensor],
+        anchor: dict[str, torch.Tensor],
         lr: torch.Tensor,
         mu: torch.Tensor,
         active: torch.Tensor,
@@ -353,7 +380,7 @@ class VectorizedExecutor:
             for k, p in params.items():
                 g = grads[k]
                 if prox:
-                    g = g + _per_client(mu, p) * (p - start[k])
+                    g = g + _per_client(mu, p) * (p - anchor[k])
                 if t.weight_decay:
                     g = g + t.weight_decay * p
                 if t.momentum:

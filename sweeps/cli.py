@@ -772,6 +772,65 @@ def ui(
     err_console.print("stopped")
 
 
+@app.command()
+def server(
+    backend_store_uri: Annotated[
+        str,
+        typer.Option(
+            help="the tracking store: postgresql://USER@HOST:5432/DB (the cluster setup; the "
+            "same PostgreSQL can hold the Optuna study) or sqlite:///PATH"
+        ),
+    ],
+    artifacts_destination: Annotated[
+        str,
+        typer.Option(
+            help="where the server keeps artifacts (a local path or an object-store URI); "
+            "clients upload through the server, so they need no shared path"
+        ),
+    ],
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 5000,
+    allowed_hosts: Annotated[
+        str | None,
+        typer.Option(
+            help="Host headers to accept, comma-separated (MLflow accepts only localhost and "
+            "private-range addresses by default), e.g. 'mlflow.lab.org,mlflow.lab.org:5000'"
+        ),
+    ] = None,
+    workers: Annotated[int, typer.Option(help="server worker processes")] = 4,
+) -> None:
+    """A shared MLflow tracking server for cluster sweeps (PostgreSQL backend, proxied
+    artifacts), until Ctrl-C. Sweeps reach it with tracking.uri: http://HOST:PORT."""
+    from sweeps.dashboards import DashboardError, require_free_port, serve, tracking_server_command
+
+    if "://" not in artifacts_destination:
+        Path(artifacts_destination).mkdir(parents=True, exist_ok=True)
+        artifacts_destination = str(Path(artifacts_destination).resolve())
+    try:
+        require_free_port(port, host)
+        cmd, env = tracking_server_command(
+            backend_store_uri,
+            artifacts_destination,
+            host=host,
+            port=port,
+            allowed_hosts=allowed_hosts,
+            workers=workers,
+        )
+    except DashboardError as exc:
+        _fail(str(exc))
+    url = f"http://{host}:{port}"
+    err_console.print(f"starting the MLflow tracking server on {url} (Ctrl-C stops it)")
+    code = serve(
+        cmd,
+        env=env,
+        ready_url=f"{url}/health",
+        on_ready=lambda: err_console.print(f"ready: {url} (tracking.uri: {url})"),
+    )
+    if code:
+        _fail(f"the server exited with status {code}", code=1)
+    err_console.print("stopped")
+
+
 def _jsonable_tree(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _jsonable_tree(v) for k, v in value.items()}

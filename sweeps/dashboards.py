@@ -91,6 +91,50 @@ def mlflow_ui_command(uri: str, port: int) -> tuple[list[str], dict[str, str]]:
     return cmd, env
 
 
+def tracking_server_command(
+    store: str,
+    artifacts: str,
+    *,
+    host: str = HOST,
+    port: int = 5000,
+    allowed_hosts: str | None = None,
+    workers: int = 4,
+) -> tuple[list[str], dict[str, str]]:
+    """A shared MLflow tracking server: ``store`` (a ``postgresql://`` URL, the cluster setup;
+    or a sqlite file) as its backend, artifacts proxied (``--serve-artifacts``) into
+    ``artifacts``, so clients upload through the server and need no shared path.
+
+    Raises:
+        DashboardError: a PostgreSQL store without ``psycopg2``, or a store URL MLflow does not
+            serve.
+    """
+    scheme = store.split("://", 1)[0].split("+", 1)[0] if "://" in store else ""
+    if scheme not in ("postgresql", "sqlite", "mysql", "mssql"):
+        raise DashboardError(
+            f"--backend-store-uri {store!r}: give a database URL, e.g. "
+            "postgresql://USER@HOST:5432/mlflow or sqlite:///PATH/mlflow.db"
+        )
+    if scheme == "postgresql":
+        driver = store.split("://", 1)[0].partition("+")[2] or "psycopg"  # SQLAlchemy 2.1's
+        try:
+            __import__(driver)
+        except ImportError:
+            raise DashboardError(
+                f"a {store.split('://', 1)[0]}:// store needs the {driver} module: "
+                f"pip install {'psycopg2-binary' if driver == 'psycopg2' else 'psycopg[binary]'}"
+            ) from None
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store]
+    cmd += ["--serve-artifacts", "--artifacts-destination", artifacts]
+    cmd += ["--host", host, "--port", str(port), "--workers", str(workers)]
+    if allowed_hosts:
+        cmd += ["--allowed-hosts", allowed_hosts]
+    env = os.environ | {
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+    }
+    return cmd, env
+
+
 @dataclass(frozen=True)
 class OptunaTarget:
     """An Optuna storage URL and, when known, the study to open (name and id)."""

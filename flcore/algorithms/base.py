@@ -125,12 +125,21 @@ class VectorJob:
     Attributes:
         start: the weights training starts from (at least every trainable parameter).
         lr: this round's local learning rate.
-        prox_mu: FedProx's mu: ``mu (w - start)`` joins each step's gradient (0: none).
+        prox_mu: a proximal term's mu: ``mu (w - anchor)`` joins each step's gradient (0: none).
+        anchor: the proximal term's anchor (None: ``start``, FedProx's w^t).
+        private: DP-SGD applies when the run's mechanism is ``dpsgd`` (False: a part that is
+            never released, Ditto's personal model).
+        then: a second training that follows on the same client generator (Ditto's personal
+            model after the global one); the first's result is the upload, the last's the
+            model the client keeps and is evaluated on.
     """
 
     start: TensorDict
     lr: float
     prox_mu: float = 0.0
+    anchor: TensorDict | None = None
+    private: bool = True
+    then: VectorJob | None = None
 
 
 @dataclass
@@ -295,9 +304,10 @@ class Algorithm(ABC):
         weights: TensorDict,
         num_samples: int,
         metrics: dict[str, float],
+        kept: TensorDict | None = None,
     ) -> ClientResult:
         """The client's result from its trained weights (CPU tensors), as ``local_update``
-        would have returned it."""
+        would have returned it; ``kept`` is the second training's result (``VectorJob.then``)."""
         raise NotImplementedError(f"{self.name} is not vectorized")
 
     # ----------------------------------------------------------------- validation

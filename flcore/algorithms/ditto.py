@@ -47,6 +47,7 @@ from flcore.algorithms.base import (
     ClientData,
     ClientResult,
     ClientTask,
+    VectorJob,
     seeded,
 )
 from flcore.algorithms.fedavg import FedAvg
@@ -86,6 +87,30 @@ class Ditto(FedAvg):
     name = "ditto"
     privacy_mechanisms = frozenset({"dpsgd"})
     Params = DittoParams
+    vectorized = True
+
+    def vector_job(self, task: ClientTask) -> VectorJob:
+        """The global model's FedAvg training, then the personal model's from the client's
+        state, anchored at the received w^t and never noised (it is not released)."""
+        lr = self.training.lr_at(task.round)
+        personal = VectorJob(
+            start=task.state,
+            lr=lr,
+            prox_mu=self.params.lam,  # type: ignore[attr-defined]
+            anchor=task.payload,
+            private=False,
+        )
+        return VectorJob(start=task.payload, lr=lr, then=personal)
+
+    def vector_result(
+        self,
+        task: ClientTask,
+        weights: dict[str, torch.Tensor],
+        num_samples: int,
+        metrics: dict[str, float],
+        kept: dict[str, torch.Tensor] | None = None,
+    ) -> ClientResult:
+        return ClientResult(task.client_id, num_samples, weights, kept, metrics)
 
     def init_client_state(self, client_id: int) -> dict[str, torch.Tensor]:
         init = seeded((self.seed, 0x1417), self.model_spec).state_dict()  # w^0

@@ -296,6 +296,7 @@ class FedAvg(Algorithm):
         weights: dict[str, torch.Tensor],
         num_samples: int,
         metrics: dict[str, float],
+        kept: dict[str, torch.Tensor] | None = None,
     ) -> ClientResult:
         upload, state = self.split_result(weights)
         return ClientResult(task.client_id, num_samples, upload, state, metrics)

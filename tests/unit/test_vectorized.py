@@ -54,10 +54,13 @@ def _engine(raw: dict, executor: str, chunk: int | None = None) -> Engine:
 
 
 def _weights(engine: Engine) -> dict[str, torch.Tensor]:
+    """The global model's tensors and every client's kept ones (Local-only, Ditto)."""
     model = engine.algorithm.global_model()
-    if model is not None:
-        return model.state_dict()
-    return {f"{c}/{k}": v for c, s in engine.client_states.items() for k, v in s.items()}
+    out = {} if model is None else {f"global/{k}": v for k, v in model.state_dict().items()}
+    for c, state in engine.client_states.items():
+        if isinstance(state, dict):
+            out |= {f"{c}/{k}": v for k, v in state.items()}
+    return out
 
 
 CASES = {
@@ -72,6 +75,12 @@ CASES = {
     },
     "fedprox-dpsgd": {
         "algorithm": "fedprox",
+        "local_epochs": 1,
+        "privacy": {"mechanism": "dpsgd", "noise_multiplier": 0.8, "clip": 1.0},
+    },
+    "ditto": {"algorithm": "ditto", "algorithm_params": {"lam": 0.5}},
+    "ditto-dpsgd": {
+        "algorithm": "ditto",
         "local_epochs": 1,
         "privacy": {"mechanism": "dpsgd", "noise_multiplier": 0.8, "clip": 1.0},
     },
@@ -124,7 +133,7 @@ def test_auto_keeps_the_loop_on_cpu(tiny_config: dict) -> None:
 @pytest.mark.parametrize(
     "extra, reason",
     [
-        ({"algorithm": "ditto"}, "ditto trains its clients with its own local procedure"),
+        ({"algorithm": "moon"}, "moon trains its clients with its own local procedure"),
         ({"optimizer": {"name": "adam"}}, "optimizer 'adam'"),
     ],
 )
@@ -141,4 +150,4 @@ def test_subclasses_do_not_inherit_vectorized() -> None:
     from flcore.algorithms.base import ALGORITHMS
 
     vectorized = sorted(n for n in ALGORITHMS.names() if ALGORITHMS.get(n).vectorizable())
-    assert vectorized == ["dp_fedavg", "dp_fedavg_client", "fedavg", "fedprox", "local"]
+    assert vectorized == ["ditto", "dp_fedavg", "dp_fedavg_client", "fedavg", "fedprox", "local"]
