@@ -9,8 +9,9 @@ the local work of the algorithms that declare ``vectorized`` (FedAvg, FedProx, L
 Ditto, DP-FedAvg with record-level or client-level DP): E epochs of SGD with momentum and weight
 decay on the cross-entropy, from a start point, with a proximal gradient (FedProx's, Ditto's
 personal objective) and DP-SGD as options, and a second training on the same client generator
-where the algorithm has one (Ditto: the global model, then the personal one, which is judged). Other algorithms keep the loop (``executor: auto``) or are refused
-(``executor: vectorized``) with the reason, before any round.
+where the algorithm has one (Ditto: the global model, then the personal one, which is judged).
+Other algorithms keep the loop (``executor: auto``) or are refused (``executor: vectorized``)
+with the reason, before any round.
 
 The same arithmetic as the loop, step for step:
 - Batches are each client's own: its generator (``client_generator``) draws the epoch orders
