@@ -63,6 +63,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 from ray.tune.utils.util import unflatten_dict
 
+from sweeps.driver_time import driver_time
 from sweeps.inf_values import EPSILON_INF_FACTOR, EPSILON_INF_FALLBACK, resolve_inf_values
 
 __all__ = [
@@ -391,6 +392,7 @@ class FedSweepSearch(OptunaSearch):
                 return t
         return None
 
+    @driver_time("optuna")
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         if not callable(self._space):
             raise TypeError("FedSweepSearch needs a define-by-run space")
@@ -414,6 +416,7 @@ class FedSweepSearch(OptunaSearch):
         params = self._suggest_from_define_by_run_func(self._space, ot_trial)
         return unflatten_dict(params)
 
+    @driver_time("optuna")
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         # Intermediate values exist for one objective only (Optuna's report); told as the
         # final values are: stand-ins for inf, nothing for NaN.
@@ -433,6 +436,7 @@ class FedSweepSearch(OptunaSearch):
         if self._link.get(storage_id).state == TrialState.RUNNING:
             self._trial(storage_id).report(value, int(step))
 
+    @driver_time("optuna")
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:

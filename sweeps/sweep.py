@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from flcore.errors import ConfigError
+from sweeps.driver_time import reset as reset_driver_time
+from sweeps.driver_time import tally as driver_tally
 from sweeps.inf_values import resolve_inf_values
 from sweeps.spec import NSGA2_POPULATION, SweepSpec
 from sweeps.spec_record import check_resume, resolved_spec, write_record
@@ -271,6 +273,7 @@ def run_sweep(
         rule=rule,
     )
 
+    reset_driver_time()
     ray_start = time.perf_counter()
     if not ray.is_initialized():
         if address:
@@ -347,12 +350,14 @@ def run_sweep(
         client.set_terminated(parent_id, status="KILLED")
         raise
     finally:
+        callback.close()  # every queued MLflow write reaches the store, after Ctrl-C too
         if not address:
             ray.shutdown()
 
     # Tune returns (rather than raises) after a SIGINT; trials it did not finish remain.
     interrupted = any(r.error is None and not (r.metrics or {}).get("done") for r in grid)
     reconciled = None if interrupted else _close_orphaned_study_trials(callback)
+    callback.close()
     df = export_sweep(uri, exp_name, out=paths.parquet, parent_run_id=parent_id)
     client.log_artifact(parent_id, str(paths.parquet))
     summary = _summarise(spec, df, exp_name, parent_id, paths)
@@ -362,6 +367,13 @@ def run_sweep(
     summary["interrupted"] = interrupted
     summary["reconciled"] = reconciled
     summary["ray_init_seconds"] = ray_init_seconds
+    wall = time.perf_counter() - ray_start
+    spent = driver_tally()
+    summary["driver_seconds"] = {
+        **spent,
+        "sweep_wall": wall,
+        "share": sum(spent.values()) / wall if wall > 0 else None,
+    }
     return summary
 
 

@@ -33,6 +33,8 @@ from typing import Any
 from ray.tune import Callback
 
 from flcore.config import flatten
+from sweeps.driver_time import driver_time, mark
+from sweeps.mlflow_writer import BackgroundWriter
 from sweeps.search import (
     ATTR_MLFLOW_RUN,
     ATTR_REASON,
@@ -152,14 +154,17 @@ class MLflowDriverCallback(Callback):
         self.trial_params = trial_params
         self.study, self.rule = study, rule
         self._client: Any = None
+        self._writer: BackgroundWriter | None = None
         self._state: SweepState | None = None
         self._tagged: set[str] = set()
         self._settled: set[str] = set()
 
     # Ray pickles callbacks with the experiment state: keep only plain fields.
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in {"_client", "_state"}} | {
+        skip = {"_client", "_state", "_writer"}
+        return {k: v for k, v in self.__dict__.items() if k not in skip} | {
             "_client": None,
+            "_writer": None,
             "_state": None,
             "_tagged": set(),
             "_settled": set(),
@@ -172,6 +177,27 @@ class MLflowDriverCallback(Callback):
 
             self._client = mlflow_client(self.uri)
         return self._client
+
+    @property
+    def writer(self) -> BackgroundWriter:
+        """The background writer of this driver's MLflow writes (sweeps.mlflow_writer)."""
+        if getattr(self, "_writer", None) is None:
+            self._writer = BackgroundWriter(self.client)
+        return self._writer  # type: ignore[return-value]
+
+    def flush(self) -> None:
+        """Wait until every enqueued write is in the store (before reading it back)."""
+        if getattr(self, "_writer", None) is not None:
+            self._writer.flush()  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        """Flush the writes and stop the writer (the sweep's end, Ctrl-C included)."""
+        if getattr(self, "_writer", None) is not None:
+            writer, self._writer = self._writer, None
+            writer.close()  # type: ignore[union-attr]
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.flush()
 
     @property
     def state(self) -> SweepState:
@@ -189,6 +215,7 @@ class MLflowDriverCallback(Callback):
         parent = self.state.parent_run_id
         if not parent:
             return None
+        self.flush()
         clauses = [f"tags.`mlflow.parentRunId` = '{parent}'"]
         clauses += [f"tags.`{k}` = '{v}'" for k, v in tags.items()]
         runs = self.client.search_runs(
@@ -256,7 +283,7 @@ class MLflowDriverCallback(Callback):
     def _tags(self, run_id: str, tags: dict[str, Any]) -> None:
         from mlflow.entities import RunTag
 
-        self.client.log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+        self.writer.log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
 
     def _close(
         self,
@@ -277,7 +304,7 @@ class MLflowDriverCallback(Callback):
         if rounds is not None:
             tags["rounds_completed"] = rounds
         self._tags(run_id, tags)
-        self.client.set_terminated(run_id, status=status)
+        self.writer.call(self.client.set_terminated, run_id, status=status)
 
     def _close_as_told(
         self,
@@ -306,6 +333,7 @@ class MLflowDriverCallback(Callback):
         self._close(run_id, outcome.state, reason=outcome.reason, rounds=rounds, extra=extra)
 
     # ------------------------------------------------------------------ Tune hooks
+    @driver_time("mlflow")
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         run_id = self._run_id(trial)
         told = self._optuna_trial(trial.trial_id)
@@ -315,8 +343,9 @@ class MLflowDriverCallback(Callback):
             self._settled.add(trial.trial_id)
             self._close_as_told(trial, run_id)
             return
-        self.client.update_run(run_id, status="RUNNING")
+        self.writer.call(self.client.update_run, run_id, status="RUNNING")
 
+    @driver_time("mlflow")
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
     ) -> None:
@@ -332,11 +361,13 @@ class MLflowDriverCallback(Callback):
         own = _metrics(result.get("last_round_values") or {})
         metrics = [Metric(k, v, now - 1, step) for k, v in own.items()]
         metrics += [Metric(k, v, now, step) for k, v in _metrics(result).items()]
-        self.client.log_batch(run_id, metrics=metrics)
+        self.writer.log_batch(run_id, metrics=metrics)
         if result.get("attack_grid_png"):
-            self._log_grid(run_id, result["attack_grid_png"])
+            self.writer.call(self._log_grid, run_id, result["attack_grid_png"])
         if result.get("client_costs_json"):
-            self._log_text(run_id, "client_costs.json", result["client_costs_json"])
+            self.writer.call(
+                self._log_text, run_id, "client_costs.json", result["client_costs_json"]
+            )
         if trial.trial_id not in self._tagged:  # once per trial and driver
             self._tagged.add(trial.trial_id)
             privacy = result.get("privacy_tags") or {}
@@ -371,15 +402,20 @@ class MLflowDriverCallback(Callback):
             path.write_text(text)
             self.client.log_artifact(run_id, str(path))
 
+    @driver_time("mlflow")
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         """A failed attempt that Ray will retry from the trial's last checkpoint."""
         run_id = self._run_id(trial)
+        self.flush()
         retries = int(self.client.get_run(run_id).data.tags.get("retries", "0")) + 1
         self._tags(run_id, {"retries": retries})
 
+    @driver_time("mlflow")
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._close_as_told(trial, self._run_id(trial))
+        mark()
 
+    @driver_time("mlflow")
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         run_id = self._run_id(trial)
         error = ""
@@ -391,6 +427,7 @@ class MLflowDriverCallback(Callback):
         self._close_as_told(
             trial, run_id, error=True, extra={"error": error[-4000:] or "trial raised an error"}
         )
+        mark()
 
     # ------------------------------------------------------------------ the end
     def reconcile(self) -> dict[str, int]:
@@ -424,6 +461,7 @@ class MLflowDriverCallback(Callback):
                     run_id = self._create_run(f"optuna-{told.number}", dict(told.params), told)
                     counts["created_runs"] += 1
                 linked.add(run_id)
+                self.flush()
                 run = self.client.get_run(run_id)
                 status, tag = MLFLOW_OF_STATE[told.state.name]
                 if run.info.status != status or run.data.tags.get("status") != tag:
@@ -437,6 +475,7 @@ class MLflowDriverCallback(Callback):
                     counts["synced_runs"] += 1
         parent = self.state.parent_run_id
         if parent:
+            self.flush()
             running = self.client.search_runs(
                 [self.experiment_id],
                 filter_string=f"tags.`mlflow.parentRunId` = '{parent}' "
@@ -455,6 +494,7 @@ class MLflowDriverCallback(Callback):
                         "Tune saved this trial; the sweep ran a replacement",
                     },
                 )
-                self.client.set_terminated(run.info.run_id, status="KILLED")
+                self.writer.call(self.client.set_terminated, run.info.run_id, status="KILLED")
                 counts["lost_runs"] += 1
+        self.flush()
         return counts

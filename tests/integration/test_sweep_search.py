@@ -237,6 +237,7 @@ def test_runs_end_as_their_optuna_trial_was_told_and_carry_privacy_tags(tmp_path
     trial.run_metadata.last_result = result
     search.on_trial_complete("t1", result)  # Tune tells the searcher first: ASHA stopped it
     callback.on_trial_complete(0, [], trial)
+    callback.flush()  # the callback's writes go through its background writer
     [run] = _children(client, exp_id)
     tags = run.data.tags
     assert run.info.status == "KILLED"

@@ -1,0 +1,120 @@
+"""The background MLflow writer against a real sqlite MLflow store: order, batching, a bounded
+queue that blocks and never drops, retries that duplicate nothing, errors that surface."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sweeps.mlflow_writer import BackgroundWriter, WriterError
+
+
+class Wrapped:
+    """A real MLflow client whose log_batch can be slowed or made to fail ``fail`` times,
+    optionally after the write reached the store (a connection lost on the way back)."""
+
+    def __init__(
+        self, client: Any, *, delay: float = 0.0, fail: int = 0, after_write: bool = False
+    ) -> None:
+        self.client, self.delay, self.fail, self.after_write = client, delay, fail, after_write
+        self.batches = 0
+
+    def log_batch(self, run_id: str, metrics=(), params=(), tags=()) -> None:  # type: ignore[no-untyped-def]
+        time.sleep(self.delay)
+        if self.fail > 0:
+            self.fail -= 1
+            if self.after_write:
+                self.client.log_batch(run_id, metrics=metrics, params=params, tags=tags)
+            raise ConnectionError("the tracking server went away")
+        self.batches += 1
+        self.client.log_batch(run_id, metrics=metrics, params=params, tags=tags)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+@pytest.fixture
+def store(tmp_path: Path):  # type: ignore[no-untyped-def]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = client.create_run(client.create_experiment("w")).info.run_id
+    return client, run_id
+
+
+def _metrics(start: int, n: int, key: str = "m") -> list[Any]:
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    return [Metric(key, float(i), now, i) for i in range(start, start + n)]
+
+
+def test_writes_arrive_in_order_merged_into_few_calls(store) -> None:  # type: ignore[no-untyped-def]
+    from mlflow.entities import RunTag
+
+    client, run_id = store
+    slow = Wrapped(client, delay=0.3)  # the first call is slow: the rest queue up behind it
+    writer = BackgroundWriter(slow)
+    for i in range(50):
+        writer.log_batch(run_id, metrics=_metrics(20 * i, 20))
+    writer.log_batch(run_id, tags=[RunTag("status", "done")])
+    writer.call(client.set_terminated, run_id, status="FINISHED")
+    writer.close()
+    assert [m.step for m in client.get_metric_history(run_id, "m")] == list(range(1000))
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["status"] == "done"
+    assert slow.batches <= 4, slow.batches  # 51 enqueued writes, merged up to 1000 entries
+    assert writer.written == 1001
+
+
+def test_a_full_queue_blocks_the_producer_and_drops_nothing(store) -> None:  # type: ignore[no-untyped-def]
+    client, run_id = store
+    writer = BackgroundWriter(Wrapped(client, delay=0.2), maxsize=2)
+    began = time.perf_counter()
+    for i in range(6):
+        writer.log_batch(run_id, metrics=_metrics(i, 1))
+    blocked = time.perf_counter() - began
+    writer.close()
+    assert blocked >= 0.2  # the producer waited for room at least once
+    assert len(client.get_metric_history(run_id, "m")) == 6
+
+
+def test_a_retried_batch_that_had_reached_the_store_is_not_duplicated(store) -> None:  # type: ignore[no-untyped-def]
+    client, run_id = store
+    flaky = Wrapped(client, fail=2, after_write=True)
+    writer = BackgroundWriter(flaky, backoff=0.01)
+    writer.log_batch(run_id, metrics=_metrics(0, 30))
+    writer.flush()
+    assert [m.step for m in client.get_metric_history(run_id, "m")] == list(range(30))
+    writer.close()
+
+
+def test_a_write_that_keeps_failing_is_raised_not_lost(store) -> None:  # type: ignore[no-untyped-def]
+    client, run_id = store
+    writer = BackgroundWriter(Wrapped(client, fail=100), retries=2, backoff=0.01)
+    writer.log_batch(run_id, metrics=_metrics(0, 3))
+    with pytest.raises(WriterError, match="failed after 2 retries: the tracking server went away"):
+        writer.flush()
+    writer.close()
+
+
+def test_flush_waits_for_writes_enqueued_from_other_threads(store) -> None:  # type: ignore[no-untyped-def]
+    client, run_id = store
+    writer = BackgroundWriter(Wrapped(client, delay=0.01))
+    threads = [
+        threading.Thread(
+            target=lambda k=k: writer.log_batch(run_id, metrics=_metrics(0, 10, key=f"t{k}"))
+        )
+        for k in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    writer.flush()
+    assert all(len(client.get_metric_history(run_id, f"t{k}")) == 10 for k in range(4))
+    writer.close()
