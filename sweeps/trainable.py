@@ -74,10 +74,9 @@ def trial_threads() -> int:
     the trial (at least 1)."""
     if os.environ.get("FEDSWEEP_TORCH_THREADS"):
         return max(1, int(os.environ["FEDSWEEP_TORCH_THREADS"]))
-    try:
-        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
-    except Exception:  # outside a Ray worker  # noqa: BLE001
-        cpus = 1.0
+    if not ray.is_initialized():  # outside Ray (a test, a script)
+        return 1
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
     return max(1, int(cpus))
 
 

@@ -263,31 +263,20 @@ def test_missing_value_makes_an_unreportable_objective_legal(
     assert loaded.num_samples == 3 and loaded.base.rounds == 5
 
 
-def test_export_writes_one_row_per_trial_and_rejects_unknown_experiments(
+def test_a_capacity_trial_logs_its_clients_costs_and_exports_one_row(
     data_root: Path, tmp_path: Path
 ) -> None:
+    """Under a capacity setting a trial's child run holds ``client_costs.json`` and the costs per
+    width, as ``fedsweep run`` does; ``export`` writes its one row (an ASHA-scheduled trial that
+    ran to the end is FINISHED) and rejects an unknown experiment. One sweep for both: each
+    costs ~20 s of the default run."""
     spec = tiny_spec(
         data_root,
         algorithms=["local"],
         num_samples=1,
+        max_concurrent_trials=1,
         scheduler={"name": "asha", "metric": "accuracy", "mode": "max"},
     )
-    path = write_spec(tmp_path, spec)
-    assert cli(["sweep", str(path)], tmp_path).returncode == 0
-    out = cli(["export", "--experiment", "sweep-tests", "--out", "res.parquet"], tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    df = pd.read_parquet(tmp_path / "res.parquet")
-    assert len(df) == 1 and df["status"].iloc[0] == "FINISHED"
-    assert df["algorithm"].iloc[0] == "local" and df["bytes_up"].iloc[0] == 0
-    assert {"params.lr", "params.local_epochs", "duration_s", "accuracy"} <= set(df.columns)
-    bad = cli(["export", "--experiment", "nope", "--out", "x.parquet"], tmp_path)
-    assert bad.returncode == 2 and "unknown MLflow experiment 'nope'" in bad.stderr
-
-
-def test_a_capacity_trial_logs_its_clients_costs(data_root: Path, tmp_path: Path) -> None:
-    """Under a capacity setting a trial's child run holds ``client_costs.json`` and the costs per
-    width, as ``fedsweep run`` does."""
-    spec = tiny_spec(data_root, algorithms=["local"], num_samples=1, max_concurrent_trials=1)
     spec["base"] |= {
         "model": "pa3dfl_cnn_fmnist",
         "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.25, 0.0625]},
@@ -304,6 +293,14 @@ def test_a_capacity_trial_logs_its_clients_costs(data_root: Path, tmp_path: Path
     assert [costs[str(i)]["capacity_width"] for i in range(4)] == [1.0, 0.5, 0.5, 0.25]
     # Local-only is capacity-aware: each client trains its own width
     assert costs["0"]["params"] > costs["1"]["params"] > costs["3"]["params"]
+    out = cli(["export", "--experiment", "sweep-tests", "--out", "res.parquet"], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    df = pd.read_parquet(tmp_path / "res.parquet")
+    assert len(df) == 1 and df["status"].iloc[0] == "FINISHED"
+    assert df["algorithm"].iloc[0] == "local" and df["bytes_up"].iloc[0] == 0
+    assert {"params.lr", "params.local_epochs", "duration_s", "accuracy"} <= set(df.columns)
+    bad = cli(["export", "--experiment", "nope", "--out", "x.parquet"], tmp_path)
+    assert bad.returncode == 2 and "unknown MLflow experiment 'nope'" in bad.stderr
     metrics = run.data.metrics
     assert metrics["params_width_1"] == costs["0"]["params"]
     assert metrics["flops_width_0.25"] == costs["3"]["flops"]

@@ -2,15 +2,34 @@
 spec (``--spec``) reads the store and experiment the sweep writes to, from any folder.
 
 The store is a real sqlite MLflow store at the spec's ``tracking.uri``, holding a sweep-shaped
-run made with MLflow's own client; the commands are the real console script."""
+run made with MLflow's own client; the commands are the real CLI, run in this process (the
+console script's own start-up is covered by the other CLI tests)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
+import pytest
+from typer.testing import CliRunner
 
-from tests.integration.sweep_helpers import cli, tiny_spec, write_spec
+from sweeps.cli import app
+from tests.integration.sweep_helpers import tiny_spec, write_spec
+
+
+class _Result:
+    def __init__(self, r: object) -> None:
+        self.returncode = r.exit_code  # type: ignore[attr-defined]
+        self.stdout, self.stderr = r.stdout, r.stderr  # type: ignore[attr-defined]
+
+
+def cli(args: list[str], cwd: Path) -> _Result:
+    """The CLI in this process, from ``cwd``, with no tracking variables set."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(cwd)
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        mp.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+        return _Result(CliRunner().invoke(app, args))
 
 
 def _store(uri: str, experiment: str) -> str:
@@ -57,9 +76,9 @@ def test_readers_given_the_spec_read_what_the_sweep_writes(data_root: Path, tmp_
     # without the spec a reader looks in its own folder, finds no store and says so (exit 2,
     # no empty database left behind)
     lost = cli(["query", "metrics.accuracy > 0", "-e", "resolver-exp"], elsewhere)
-    assert lost.returncode == 2 and "no MLflow store" in lost.stderr
+    assert lost.returncode == 2 and "no MLflow store" in " ".join(lost.stderr.split())
     assert not (elsewhere / "mlflow.db").exists()
 
     # a bad spec is named, before any store is read
     bad = cli(["query", "x", "--spec", str(elsewhere / "missing.yaml")], elsewhere)
-    assert bad.returncode == 2 and "invalid sweep spec" in bad.stderr
+    assert bad.returncode == 2 and "invalid sweep spec" in " ".join(bad.stderr.split())
