@@ -91,7 +91,15 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+#: cases whose paths the others cover too (head-only training; DP-SGD with a proximal term):
+#: run with make slow, to keep the default run under 15 minutes
+SLOW_CASES = {"fedavg-head", "fedprox-dpsgd"}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES else c for c in sorted(CASES)],
+)
 def test_vectorized_equals_the_loop_in_float64(tiny_config: dict, float64: None, case: str):
     raw = _config(tiny_config, **CASES[case])
     loop, vec = _engine(raw, "loop"), _engine(raw, "vectorized")
