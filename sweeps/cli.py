@@ -742,7 +742,6 @@ def ui(
         optuna_dashboard_command,
         optuna_target,
         require_free_port,
-        serve,
     )
 
     if not optuna and (storage or study):
@@ -760,16 +759,7 @@ def ui(
             url, what = f"http://{HOST}:{port}/", f"MLflow UI ({uri})"
     except DashboardError as exc:
         _fail(str(exc))
-    err_console.print(f"starting the {what} on {url} (Ctrl-C stops it)")
-    code = serve(
-        cmd,
-        env=env,
-        ready_url=f"http://{HOST}:{port}/",
-        on_ready=lambda: err_console.print(f"ready: {url}"),
-    )
-    if code:
-        _fail(f"the server exited with status {code}", code=1)
-    err_console.print("stopped")
+    _serve_until_stopped(cmd, env, what, url, f"http://{HOST}:{port}/", f"ready: {url}")
 
 
 @app.command()
@@ -801,7 +791,7 @@ def server(
 ) -> None:
     """A shared MLflow tracking server for cluster sweeps (PostgreSQL backend, proxied
     artifacts), until Ctrl-C. Sweeps reach it with tracking.uri: http://HOST:PORT."""
-    from sweeps.dashboards import DashboardError, require_free_port, serve, tracking_server_command
+    from sweeps.dashboards import DashboardError, require_free_port, tracking_server_command
 
     if "://" not in artifacts_destination:
         Path(artifacts_destination).mkdir(parents=True, exist_ok=True)
@@ -819,13 +809,19 @@ def server(
     except DashboardError as exc:
         _fail(str(exc))
     url = f"http://{host}:{port}"
-    err_console.print(f"starting the MLflow tracking server on {url} (Ctrl-C stops it)")
-    code = serve(
-        cmd,
-        env=env,
-        ready_url=f"{url}/health",
-        on_ready=lambda: err_console.print(f"ready: {url} (tracking.uri: {url})"),
-    )
+    ready = f"ready: {url} (tracking.uri: {url})"
+    _serve_until_stopped(cmd, env, "MLflow tracking server", url, f"{url}/health", ready)
+
+
+def _serve_until_stopped(
+    cmd: list[str], env: dict[str, str] | None, what: str, url: str, ready_url: str, ready: str
+) -> None:
+    """Run a server (sweeps.dashboards.serve) until Ctrl-C, saying when it starts, is ready and
+    stops; a server that exits on its own exits 1 with its status."""
+    from sweeps.dashboards import serve
+
+    err_console.print(f"starting the {what} on {url} (Ctrl-C stops it)")
+    code = serve(cmd, env=env, ready_url=ready_url, on_ready=lambda: err_console.print(ready))
     if code:
         _fail(f"the server exited with status {code}", code=1)
     err_console.print("stopped")
