@@ -252,7 +252,7 @@ def resolve_executor(kind: str, algorithm: Algorithm, device: str) -> str:
     naming why, raised before any round."""
     if kind not in EXECUTORS:
         raise ConfigError("executor", f"must be one of {', '.join(EXECUTORS)}, got {kind!r}")
-    if kind == "loop":
+    if kind == "loop" or (kind == "auto" and torch.device(device).type != "cuda"):
         return "loop"
     reason = algorithm.vector_unsupported()
     if kind == "vectorized":
