@@ -102,16 +102,6 @@ class Ditto(FedAvg):
         )
         return VectorJob(start=task.payload, lr=lr, then=personal)
 
-    def vector_result(
-        self,
-        task: ClientTask,
-        weights: dict[str, torch.Tensor],
-        num_samples: int,
-        metrics: dict[str, float],
-        kept: dict[str, torch.Tensor] | None = None,
-    ) -> ClientResult:
-        return ClientResult(task.client_id, num_samples, weights, kept, metrics)
-
     def init_client_state(self, client_id: int) -> dict[str, torch.Tensor]:
         init = seeded((self.seed, 0x1417), self.model_spec).state_dict()  # w^0
         return {k: v.clone() for k, v in init.items()}

@@ -298,8 +298,13 @@ class FedAvg(Algorithm):
         metrics: dict[str, float],
         kept: dict[str, torch.Tensor] | None = None,
     ) -> ClientResult:
+        """What ``local_update`` returns: the upload and kept state ``split_result`` makes of
+        the trained weights; a second training's result (``kept``: Ditto's personal model) is
+        the state instead."""
         upload, state = self.split_result(weights)
-        return ClientResult(task.client_id, num_samples, upload, state, metrics)
+        return ClientResult(
+            task.client_id, num_samples, upload, state if kept is None else kept, metrics
+        )
 
     def starting_weights(self, task: ClientTask) -> dict[str, torch.Tensor]:
         """Where local training starts: the broadcast global model."""
