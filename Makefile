@@ -14,10 +14,13 @@ quickstart: install data
 	$(VENV)/bin/fedsweep sweep sweeps/quickstart.yaml --set name=quickstart-$$(date +%Y%m%d-%H%M%S)
 
 ## test: install the dev extra and run lint, the import contract and the default test suite
+## (unit and contract tests in parallel processes; the integration tests, each with its own
+## Ray runtime, MLflow store or server, one after another)
 test: install-dev data
 	$(VENV)/bin/ruff check flcore sweeps search_spaces analysis benchmarks tests
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --maxprocesses 4 tests/unit tests/contract
+	$(PY) -m pytest -q tests/integration
 
 ## slow: the tests marked slow (long runs), left out of `make test`
 slow: install-dev data
