@@ -16,6 +16,8 @@ Decisions checked here, before anything starts (each a ``ConfigError`` naming th
 - ``sampler.population_size`` is NSGA-II's generation size (Optuna's default 50), refused for
   other samplers; NSGA-II draws its whole first generation at random, so a sweep of
   ``num_samples <= population_size`` trials would never evolve and is refused too.
+- ``tracking.uri`` is a URI MLflow reads, with no password (``sweeps.preflight``); whether the
+  store answers is checked when the sweep starts, not here (a dry run reaches no server).
 - ``storage.optuna`` is ``sqlite``, ``journal`` or an SQLAlchemy URL of sqlite, postgresql or
   mysql. A URL's database driver must import now (not after Ray started), it may carry no
   password (the spec is logged to MLflow and kept beside the sweep: use ``PGPASSWORD``,
@@ -296,6 +298,10 @@ def validate_spec(raw: Mapping[str, Any], *, base_dir: Path | None = None) -> Sw
         if spec.scheduler.metric not in {o.name for o in spec.objectives} | {"train_loss"}:
             raise ConfigError("scheduler.metric", "must be an objective or train_loss")
     _check_sampler(spec)
+    if spec.tracking.uri is not None:
+        from sweeps.preflight import check_tracking_uri
+
+        check_tracking_uri(spec.tracking.uri)
     if spec.storage.optuna is not None:
         optuna_store = _optuna_store(spec.storage.optuna)
         if optuna_store != spec.storage.optuna:

@@ -3,8 +3,11 @@
 The driver (this process) owns every MLflow write and the Optuna study's store; trials only
 compute. By default Ray starts locally, sized to this machine; ``--address`` joins a cluster.
 
-Before Ray starts, a new sweep records its resolved spec and its Optuna store beside its state
-(:mod:`sweeps.spec_record`), and ``--resume`` refuses settings that differ from that record.
+Before any work, the sweep checks that its tracking store answers and, on a cluster, that every
+node sees ``storage.path`` (:mod:`sweeps.preflight`); only then does a new sweep record its
+resolved spec and its Optuna store beside its state (:mod:`sweeps.spec_record`), so a refused
+sweep leaves nothing behind. ``--resume`` refuses settings that differ from that record, before
+Ray starts.
 :func:`study_storage` is the one way to open a sweep's Optuna study (:mod:`sweeps.study_store`:
 one store per sweep, sqlite locally, a journal file on a cluster, or a database URL).
 Samplers: TPE is multivariate with ``group=True`` (each algorithm's conditional space is its own
@@ -26,6 +29,7 @@ from flcore.errors import ConfigError
 from sweeps.driver_time import reset as reset_driver_time
 from sweeps.driver_time import tally as driver_tally
 from sweeps.inf_values import resolve_inf_values
+from sweeps.preflight import check_storage_shared, check_tracking_reachable, check_tracking_uri
 from sweeps.spec import NSGA2_POPULATION, SweepSpec
 from sweeps.spec_record import check_resume, resolved_spec, write_record
 from sweeps.study_store import default_choice, holds_study, open_storage, study_location
@@ -193,9 +197,8 @@ def run_sweep(
             f"a sweep named {spec.name!r} already exists under "
             f"{paths.root}: resume it with --resume, or choose another name",
         )
-    tree = resolved_spec(
-        spec, tracking_uri=sweep_tracking_uri(spec), experiment=experiment_name(spec)
-    )
+    uri = sweep_tracking_uri(spec)
+    tree = resolved_spec(spec, tracking_uri=uri, experiment=experiment_name(spec))
     if resume:  # before Ray starts and before anything is written
         check_resume(spec.name, paths.spec_record, tree)
     else:
@@ -208,7 +211,10 @@ def run_sweep(
                 f"the Optuna store {location.target} already holds a study {spec.name!r} (left "
                 "by an earlier sweep of that name): choose another name, or delete that study",
             )
-        write_record(paths.spec_record, tree, default_choice(spec, address))
+    # the tracking store answers (sweeps.preflight): before Ray starts or anything is written
+    uri_key = "tracking.uri" if spec.tracking.uri else "MLFLOW_TRACKING_URI"
+    check_tracking_uri(uri, key=uri_key, in_spec=bool(spec.tracking.uri))
+    check_tracking_reachable(uri, key=uri_key)
 
     import functools
 
@@ -224,7 +230,29 @@ def run_sweep(
     from sweeps.trainable import FLTrainable
     from sweeps.tune_tracking import MLflowDriverCallback, SweepState
 
-    uri = sweep_tracking_uri(spec)
+    reset_driver_time()
+    ray_start = time.perf_counter()
+    if not ray.is_initialized():
+        if address:
+            ray.init(
+                address=address,
+                log_to_driver=verbose > 1,
+                runtime_env=trial_runtime_env(cluster=True),
+            )
+        else:
+            ray.init(
+                num_cpus=spec.ray.num_cpus,  # None: Ray's own, container-aware count
+                num_gpus=spec.ray.num_gpus,
+                include_dashboard=False,
+                log_to_driver=verbose > 1,
+                runtime_env=trial_runtime_env(cluster=False),
+            )
+    ray_init_seconds = time.perf_counter() - ray_start
+    if address:  # every node that runs trials sees storage.path (before anything is written)
+        check_storage_shared(paths.root)
+    if not resume:
+        write_record(paths.spec_record, tree, default_choice(spec, address))
+
     client = mlflow_client(uri)
     exp_name = experiment_name(spec)
     exp_id = experiment_id(client, exp_name)
@@ -273,24 +301,6 @@ def run_sweep(
         rule=rule,
     )
 
-    reset_driver_time()
-    ray_start = time.perf_counter()
-    if not ray.is_initialized():
-        if address:
-            ray.init(
-                address=address,
-                log_to_driver=verbose > 1,
-                runtime_env=trial_runtime_env(cluster=True),
-            )
-        else:
-            ray.init(
-                num_cpus=spec.ray.num_cpus,  # None: Ray's own, container-aware count
-                num_gpus=spec.ray.num_gpus,
-                include_dashboard=False,
-                log_to_driver=verbose > 1,
-                runtime_env=trial_runtime_env(cluster=False),
-            )
-    ray_init_seconds = time.perf_counter() - ray_start
     try:
         if resume and (paths.tune_dir / "tuner.pkl").is_file():
             # Tune restores its searcher (FedSweepSearch reconciles it with the study) and the
