@@ -230,10 +230,19 @@ def sweep(
         bool, typer.Option("--dry-run", help="validate and print the plan; start nothing")
     ] = False,
     as_json: Annotated[
-        bool, typer.Option("--json", help="print one JSON document on stdout")
+        bool, typer.Option("--json", help="print only the final JSON document on stdout")
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", help="Ray Tune's own result tables and the trials' output, no live view"
+        ),
     ] = False,
 ) -> None:
-    """Run a multi-objective sweep: Ray Tune trials, Optuna search, MLflow parent/child runs."""
+    """Run a multi-objective sweep: Ray Tune trials, Optuna search, MLflow parent/child runs.
+
+    Shows one live view while it runs (trials done / running / pending / failed, the current
+    front, elapsed time and ETA, a line per failure), then the sweep's front."""
     from sweeps.spec import load_spec
     from sweeps.sweep import plan, run_sweep
 
@@ -248,10 +257,17 @@ def sweep(
         else:
             _print_plan(p)
         return
-    verbose = 0 if as_json else 1  # no Tune progress tables with --json
+    if as_json and verbose:
+        _fail("--json prints only the final JSON document: drop --verbose")
     _deliver(
         as_json,
-        lambda: run_sweep(spec, resume=resume, address=address, verbose=verbose),
+        lambda: run_sweep(
+            spec,
+            resume=resume,
+            address=address,
+            verbose=2 if verbose else 0,
+            live=not (as_json or verbose),
+        ),
         _print_front,
     )
 

@@ -18,6 +18,7 @@ explicitly); NSGA-II takes ``sampler.population_size``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sysconfig
@@ -181,9 +182,13 @@ def run_sweep(
     *,
     resume: bool = False,
     address: str | None = None,
-    verbose: int = 1,
+    verbose: int = 0,
+    live: bool = False,
 ) -> dict[str, Any]:
-    """Run (or resume) the sweep to the end; returns the summary the CLI prints."""
+    """Run (or resume) the sweep to the end; returns the summary the CLI prints.
+
+    ``verbose`` is Ray Tune's (0: silent; 2: its result tables, and the trials' own output
+    reaches the driver); ``live`` shows :mod:`sweeps.console`'s view on stderr meanwhile."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     paths = SweepPaths(spec)
@@ -222,6 +227,7 @@ def run_sweep(
     from ray import tune
 
     from search_spaces import define_by_run
+    from sweeps.console import SweepConsole, SweepProgress, showing
     from sweeps.export import export_sweep
     from sweeps.provenance import provenance_tags
     from sweeps.search import FedSweepSearch, OutcomeRule, StudyLink, resolve_inf_values
@@ -290,6 +296,14 @@ def run_sweep(
     rule = OutcomeRule(
         tuple((o.name, o.direction) for o in spec.objectives), resolve_inf_values(spec)
     )
+    console = SweepConsole(
+        SweepProgress(
+            spec.name,
+            [(o.name, o.direction) for o in spec.objectives],
+            spec.num_samples,
+            rule,
+        )
+    )
     callback = MLflowDriverCallback(
         uri=uri,
         experiment_id=exp_id,
@@ -345,7 +359,7 @@ def run_sweep(
                 run_config=tune.RunConfig(
                     name=spec.name,
                     storage_path=str(paths.root),
-                    callbacks=[callback],
+                    callbacks=[callback, console],
                     verbose=verbose,
                     checkpoint_config=tune.CheckpointConfig(
                         num_to_keep=spec.checkpoint.keep,
@@ -355,7 +369,8 @@ def run_sweep(
                     failure_config=tune.FailureConfig(max_failures=spec.max_failures),
                 ),
             )
-        grid = tuner.fit()
+        with showing() if live else contextlib.nullcontext():
+            grid = tuner.fit()
     except KeyboardInterrupt:
         client.set_terminated(parent_id, status="KILLED")
         raise
