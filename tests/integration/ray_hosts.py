@@ -12,7 +12,6 @@ import contextlib
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,12 +20,6 @@ from pathlib import Path
 import psutil
 
 RAY = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ray_env(temp_dir: Path) -> dict[str, str]:

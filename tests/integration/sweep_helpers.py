@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,13 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 FEDSWEEP = shutil.which("fedsweep") or str(Path(sys.executable).parent / "fedsweep")
+
+
+def free_port() -> int:
+    """A 127.0.0.1 port free now (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def tiny_spec(data_root: Path, **over: Any) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.ray_hosts import free_port, ray_env, start_head, start_worker, wait_for_nodes
-from tests.integration.sweep_helpers import FEDSWEEP, env, tiny_spec, write_spec
+from tests.integration.ray_hosts import ray_env, start_head, start_worker, wait_for_nodes
+from tests.integration.sweep_helpers import FEDSWEEP, env, free_port, tiny_spec, write_spec
 
 
 @pytest.fixture

@@ -7,110 +7,42 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
-import shutil
 import signal
-import socket
 import subprocess
-import tempfile
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.sweep_helpers import FEDSWEEP, cli, env, tiny_spec, write_spec
-
-PG_USER = "fedsweep-pg"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _as_pg_user(cmd: list[str]) -> list[str]:
-    """PostgreSQL's tools refuse to run as root: as root, run them as an unprivileged user."""
-    if os.geteuid() != 0:
-        return cmd
-    try:
-        pwd.getpwnam(PG_USER)
-    except KeyError:
-        subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PG_USER],
-            check=True,
-        )
-    return ["runuser", "-u", PG_USER, "--", *cmd]
+from tests.integration.postgres import postgres, wait_http
+from tests.integration.sweep_helpers import (
+    FEDSWEEP,
+    cli,
+    env,
+    free_port,
+    tiny_spec,
+    write_spec,
+)
 
 
 @pytest.fixture
-def postgres() -> Iterator[str]:
-    """A PostgreSQL cluster on a free 127.0.0.1 port; yields ``postgresql://...@host:port``.
-    Its folder is a fresh one under the system's temp dir (pytest's are private to root)."""
-    bindir = Path(
-        subprocess.run(
-            ["pg_config", "--bindir"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    )
-    home = Path(tempfile.mkdtemp(prefix="fedsweep-pg-"))
-    if os.geteuid() == 0:
-        _as_pg_user(["true"])  # creates the user
-        shutil.chown(home, PG_USER)
-    data, port = home / "data", _free_port()
-    run = lambda cmd: subprocess.run(_as_pg_user(cmd), check=True, capture_output=True)  # noqa: E731
-    run([str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
-    options = f"-p {port} -k {home} -c listen_addresses=127.0.0.1"
-    run(
-        [
-            str(bindir / "pg_ctl"),
-            "-D",
-            str(data),
-            "-o",
-            options,
-            "-l",
-            str(home / "log"),
-            "-w",
-            "start",
-        ]
-    )
-    try:
-        for db in ("mlflow", "optuna"):
-            run(
-                [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", db]
-            )
-        yield f"postgresql://postgres@127.0.0.1:{port}"
-    finally:
-        run([str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"])
-        shutil.rmtree(home, ignore_errors=True)
-
-
-def _wait(url: str, proc: subprocess.Popen, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"the server exited: {proc.stderr.read() if proc.stderr else ''}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError(f"{url} did not answer in {timeout} s")
+def pg() -> Iterator[str]:
+    """A throwaway PostgreSQL on a free 127.0.0.1 port (tests/integration/postgres.py)."""
+    with postgres() as url:
+        yield url
 
 
 def test_a_sweep_records_into_a_postgresql_backed_tracking_server(
-    postgres: str, data_root: Path, tmp_path: Path
+    pg: str, data_root: Path, tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     artifacts = tmp_path / "artifacts"
     server = subprocess.Popen(
         [
             FEDSWEEP,
             "server",
             "--backend-store-uri",
-            f"{postgres}/mlflow",
+            f"{pg}/mlflow",
             "--artifacts-destination",
             str(artifacts),
             "--port",
@@ -125,13 +57,13 @@ def test_a_sweep_records_into_a_postgresql_backed_tracking_server(
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait(f"{url}/health", server)
+        wait_http(f"{url}/health", server)
         spec = tiny_spec(
             data_root,
             name="pg",
             algorithms=["fedavg"],
             tracking={"uri": url, "experiment": "pg-sweep"},
-            storage={"path": "sweeps_out", "optuna": f"{postgres}/optuna"},
+            storage={"path": "sweeps_out", "optuna": f"{pg}/optuna"},
         )
         spec["base"]["rounds"] = 1
         done = cli(["sweep", str(write_spec(tmp_path, spec)), "--json"], cwd=tmp_path)
@@ -161,7 +93,7 @@ def test_a_sweep_records_into_a_postgresql_backed_tracking_server(
         # the Optuna study is in the same PostgreSQL
         import optuna
 
-        study = optuna.load_study(study_name="pg", storage=f"{postgres}/optuna")
+        study = optuna.load_study(study_name="pg", storage=f"{pg}/optuna")
         assert len(study.trials) == 2
     finally:
         os.killpg(server.pid, signal.SIGINT)
