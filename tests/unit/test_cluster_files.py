@@ -148,3 +148,26 @@ def test_readme_points_to_both_files() -> None:
     readme = (CLUSTER / "README.md").read_text()
     for needle in ("aws-gpu.yaml", "kuberay-cluster.yaml", "RAY_AUTH_MODE=token", "--address auto"):
         assert needle in readme
+
+
+# --- the tracking server in both files ----------------------------------------------------------
+
+
+def test_ray_up_starts_a_tracking_server_the_driver_logs_to(ray_up: dict[str, Any]) -> None:
+    commands = " ".join(ray_up["head_start_ray_commands"])
+    assert "fedsweep server" in commands and "--port 5000" in commands
+    assert "--artifacts-destination" in commands
+    assert "--env MLFLOW_TRACKING_URI=http://127.0.0.1:5000" in ray_up["docker"]["head_run_options"]
+
+
+def test_kuberay_head_pod_runs_a_tracking_server_the_driver_logs_to(
+    kuberay: dict[str, Any],
+) -> None:
+    head, *others = _containers(kuberay["spec"]["headGroupSpec"])
+    servers = [c for c in others if c.get("command") == ["fedsweep", "server"]]
+    assert len(servers) == 1
+    port = next(p["containerPort"] for p in servers[0]["ports"])
+    assert "--artifacts-destination" in servers[0]["args"]
+    assert str(port) in servers[0]["args"]
+    env = {e["name"]: e["value"] for e in head["env"]}
+    assert env["MLFLOW_TRACKING_URI"] == f"http://127.0.0.1:{port}"  # same pod, same network
