@@ -45,7 +45,7 @@ def _version(dist: str) -> str:
 
 
 def _generator() -> dict[str, str]:
-    from sweeps.provenance import git_commit
+    from analysis.provenance import git_commit
 
     out = {"fedsweep.git_commit": git_commit(), "python": platform.python_version()}
     out |= {dist: _version(dist) for dist in ("fedsweep", "mlflow", "pandas", "plotly")}

@@ -18,7 +18,7 @@ Runs made since flcore reports this itself already carry ``epsilon = inf`` and
 ``epsilon``. :func:`apply_guarantees` turns both into the new form, so every front, plot,
 table and report places them at ``epsilon = inf`` (the "no DP" band of the plots). It is
 idempotent and is applied where runs enter the analysis from MLflow
-(:func:`sweeps.export.runs_frame`) and again in :func:`analysis.pareto.pareto_front`, which
+(:func:`analysis.runs.runs_frame`) and again in :func:`analysis.pareto.pareto_front`, which
 every front goes through (frames read from old Parquet exports or built by hand included).
 The old finite value is never thrown away: it becomes ``epsilon_shared`` where that is missing.
 

@@ -2,7 +2,7 @@
 
 This module is the edge where analysis meets the tracking store: everything else in
 ``analysis/`` is a pure function of the frames it returns. One row per run; the columns are
-those of :func:`sweeps.export.runs_frame` (``run_id``, ``status``, ``algorithm``, ``dataset``,
+those of :func:`analysis.runs.runs_frame` (``run_id``, ``status``, ``algorithm``, ``dataset``,
 ``sweep``, ``failure_reason``, ``dp_guarantee``, ``dp_relation``, ``client_sampling``,
 ``trial_status``, ``stopped_early``, ``rounds_completed``, every metric's final value under its
 plain name, the config as ``params.<key>``) plus ``experiment`` and ``experiment_id``, the run's
@@ -64,7 +64,7 @@ def open_store(uri: str | None = None) -> Any:
     Raises:
         LoadError: the sqlite file of ``uri`` does not exist.
     """
-    from sweeps.tracking import mlflow_client, sqlite_path, tracking_uri
+    from analysis.store import mlflow_client, sqlite_path, tracking_uri
 
     uri = uri or tracking_uri()
     path = sqlite_path(uri)
@@ -131,7 +131,7 @@ def load_runs(
     Raises:
         LoadError: a missing store, an unknown experiment, a malformed filter or sweep name.
     """
-    from sweeps.export import runs_frame
+    from analysis.runs import runs_frame
 
     names = [experiments] if isinstance(experiments, str) else list(experiments)
     if sweep is not None and not _SWEEP_NAME.match(sweep):
@@ -169,7 +169,7 @@ def load_run_ids(run_ids: Sequence[str], *, uri: str | None = None) -> pd.DataFr
     """
     from mlflow.exceptions import MlflowException
 
-    from sweeps.export import runs_frame
+    from analysis.runs import runs_frame
 
     client = open_store(uri)
     runs = []
@@ -208,14 +208,14 @@ def load_histories(
     """Round-by-round values: one row per (run, metric, step), columns ``run_id``, ``metric``,
     ``step``, ``value`` (the last value logged at a step). A metric a run never logged gives
     no rows."""
-    from sweeps.export import _unsanitize  # MLflow's SQL store keeps inf as float max
+    from analysis.runs import unsanitize  # MLflow's SQL store keeps inf as float max
 
     client = open_store(uri)
     rows = []
     for run_id in run_ids:
         for metric in metrics:
             for m in client.get_metric_history(run_id, metric):
-                rows.append((run_id, metric, int(m.step), _unsanitize(float(m.value))))
+                rows.append((run_id, metric, int(m.step), unsanitize(float(m.value))))
     frame = pd.DataFrame(rows, columns=["run_id", "metric", "step", "value"])
     # The final summary is logged again at the last round's step: keep one value per step.
     frame = frame.drop_duplicates(["run_id", "metric", "step"], keep="last")

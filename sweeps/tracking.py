@@ -1,21 +1,21 @@
 """MLflow tracking for one experiment: params, per-round metrics in batches, summary, tags.
 
 The store defaults to the sqlite file ``mlflow.db`` in the working directory unless
-``MLFLOW_TRACKING_URI`` is set; the experiment name comes from the config's ``experiment``, else
+``MLFLOW_TRACKING_URI`` is set (resolved, and opened, by :mod:`analysis.store`, re-exported
+here); the experiment name comes from the config's ``experiment``, else
 ``MLFLOW_EXPERIMENT_NAME``, else ``fedsweep``.
 """
 
 from __future__ import annotations
 
-import fcntl
 import math
 import os
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from analysis.store import mlflow_client, resolve_tracking_uri, sqlite_path, tracking_uri
 from flcore.callbacks import Callback, RoundResult
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "experiment_id",
     "experiment_name",
     "mlflow_client",
+    "resolve_tracking_uri",
     "sqlite_path",
     "tracking_uri",
 ]
@@ -30,46 +31,9 @@ __all__ = [
 DEFAULT_EXPERIMENT = "fedsweep"
 
 
-def resolve_tracking_uri(uri: str | None = None) -> str:
-    """The tracking URI, resolved one way for every command (``sweep``, ``run``, ``export``,
-    ``pareto``, ``query``, ``report``, ``ui``): ``uri`` (a sweep spec's ``tracking.uri``), else
-    ``MLFLOW_TRACKING_URI``, else ``sqlite:///<cwd>/mlflow.db``. A relative sqlite path (or a
-    bare path) is made absolute here, once: Ray's workers change directory, and a command run
-    from elsewhere must still find the store."""
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
-    if not uri:
-        return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return f"sqlite:///{Path(uri[len('sqlite:///') :]).resolve()}"
-    if "://" not in uri:
-        return str(Path(uri).resolve())
-    return uri
-
-
-def tracking_uri() -> str:
-    """:func:`resolve_tracking_uri` with nothing configured: the environment's, else the sqlite
-    store in the working directory."""
-    return resolve_tracking_uri(None)
-
-
 def experiment_name(configured: str | None, default: str = DEFAULT_EXPERIMENT) -> str:
     """The configured experiment, else ``MLFLOW_EXPERIMENT_NAME``, else ``default``."""
     return configured or os.environ.get("MLFLOW_EXPERIMENT_NAME") or default
-
-
-def sqlite_path(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` tracking URI, else None."""
-    if uri.startswith("sqlite:///"):
-        return Path(uri[len("sqlite:///") :])
-    return None
-
-
-@contextmanager
-def _exclusive(lock: Path) -> Iterator[None]:
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes, also if we die
-        yield
 
 
 def experiment_id(client: Any, name: str) -> str:
@@ -87,26 +51,6 @@ def experiment_id(client: Any, name: str) -> str:
         if exp is None:
             raise
         return str(exp.experiment_id)
-
-
-def mlflow_client(uri: str | None = None, *, initialize: bool = True) -> Any:
-    """An MlflowClient on the project's store (telemetry off).
-
-    MLflow builds a new sqlite store's schema on first use with a chain of migrations, and two
-    processes doing that at once on one new file fail (measured: 17 of 20 openings by 4
-    concurrent processes). So the first use of a sqlite store here happens under an exclusive
-    lock on ``<db>.lock`` beside it; once built, the schema is only read. ``initialize=False``
-    skips that (a reader of an existing store, which must not create files).
-    """
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    from mlflow.tracking import MlflowClient
-
-    uri = uri or tracking_uri()
-    path = sqlite_path(uri)
-    if not initialize or path is None:
-        return MlflowClient(tracking_uri=uri)
-    with _exclusive(path.with_name(path.name + ".lock")):
-        return MlflowClient(tracking_uri=uri)  # builds the schema, one process at a time
 
 
 def _param_value(value: Any) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from sweeps.export import runs_frame
+from analysis.runs import runs_frame
 
 
 def test_infinite_metrics_survive_the_sqlite_store(tmp_path: Path) -> None:

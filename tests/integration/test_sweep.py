@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sweeps.export import _unsanitize
+from analysis.runs import unsanitize as _unsanitize
 from tests.integration.sweep_helpers import (
     child_runs,
     cli,
