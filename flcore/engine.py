@@ -41,7 +41,13 @@ from flcore.capacity import width_label
 from flcore.data import FederatedData
 from flcore.executor import AlgorithmFactory, make_executor, resolve_executor
 
-__all__ = ["Engine", "CHECKPOINT_VERSION", "CLIENT_ACCURACIES", "VAL_ACCURACIES"]
+__all__ = [
+    "Engine",
+    "CHECKPOINT_VERSION",
+    "CLIENT_ACCURACIES",
+    "VAL_ACCURACIES",
+    "checkpoint_round",
+]
 
 CHECKPOINT_VERSION = 1
 
@@ -451,3 +457,8 @@ class Engine:
     def load_checkpoint(self, path: str | Path) -> None:
         """Restore from :meth:`save_checkpoint`'s file."""
         self.load_state_dict(torch.load(Path(path), weights_only=False))
+
+
+def checkpoint_round(path: str | Path) -> int:
+    """The last round a :meth:`Engine.save_checkpoint` file holds."""
+    return int(torch.load(Path(path), weights_only=False, map_location="cpu")["round"])

@@ -15,7 +15,7 @@ from sweeps.provenance import provenance_tags
 from sweeps.results import ParquetCallback
 from sweeps.tracking import MLflowCallback, experiment_name
 
-__all__ = ["run_experiment", "config_params"]
+__all__ = ["attack_config", "attack_summary", "config_params", "run_experiment"]
 
 
 class _Checkpointer(Callback):
@@ -159,3 +159,43 @@ def _log_embeddings(engine: Any, cfg: ExperimentConfig, run_dir: Path, tracker: 
     png = plot_embeddings(emb, run_dir / "client_embeddings.png", labels=labels)
     tracker.log_artifact(npy)
     tracker.log_artifact(png)
+
+
+def attack_config(cfg: ExperimentConfig, checkpoint: Path | None) -> ExperimentConfig:
+    """``cfg`` with an attack mapping (the default one if it has none) whose rounds are
+    explicit; with a checkpoint, the attacked round defaults to the one after it."""
+    from flcore.config import AttackConfig, validate_config
+    from flcore.engine import checkpoint_round
+
+    attack = cfg.attack or AttackConfig()
+    rounds = attack.rounds
+    if rounds is None:
+        rounds = [checkpoint_round(checkpoint) + 1] if checkpoint is not None else [cfg.rounds]
+    raw = cfg.model_dump(mode="json")
+    raw["attack"] = attack.model_dump(mode="json") | {"rounds": rounds}
+    return validate_config(raw)
+
+
+def attack_summary(result: dict[str, Any], cfg: ExperimentConfig) -> dict[str, Any]:
+    """What ``fedsweep attack`` reports of a run's privacy evaluation."""
+    from flcore.attacks.evaluation import LEAK_METRICS
+
+    assert cfg.attack is not None
+    doc = {k: result.get(k) for k in LEAK_METRICS}
+    doc |= {
+        "images": result.get("leak_images", 0),
+        "iterations": result.get("leak_iterations"),
+        "attack": cfg.attack.name,
+        "algorithm": cfg.algorithm,
+        "rounds": list(cfg.attack.resolved_rounds(cfg.rounds)),
+        "clients": cfg.attack.clients,
+        "label_accuracy": result.get("leak_label_accuracy"),
+        "attack_seconds": result.get("leak_seconds"),
+        "reason": result.get("leak_reason"),
+        "lpips_reason": result.get("leak_lpips_reason"),
+        "run_id": result.get("run_id"),
+        "grid": result.get("attack_grid"),
+    }
+    if "leak_embedding_cosine" in result:
+        doc["embedding_cosine"] = result["leak_embedding_cosine"]
+    return doc
