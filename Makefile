@@ -14,13 +14,12 @@ quickstart: install data
 	$(VENV)/bin/fedsweep sweep sweeps/quickstart.yaml --set name=quickstart-$$(date +%Y%m%d-%H%M%S)
 
 ## test: install the dev extra and run lint, the import contract and the default test suite
-## (unit and contract tests in parallel processes; the integration tests, each with its own
-## Ray runtime, MLflow store or server, one after another)
+## (three pytest-xdist workers, a test file per worker at a time, the longest integration
+## files first; see tests/conftest.py)
 test: install-dev data
 	$(VENV)/bin/ruff check flcore sweeps search_spaces analysis benchmarks tests
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -n auto --maxprocesses 4 tests/unit tests/contract
-	$(PY) -m pytest -q tests/integration
+	$(PY) -m pytest -q -n 3 --dist loadfile
 
 ## slow: the tests marked slow (long runs), left out of `make test`
 slow: install-dev data

@@ -9,6 +9,15 @@ from typing import Any
 import pytest
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, one torch thread per worker: three workers on 2 cores with torch's
+    default (a thread per core) would oversubscribe them. Subprocesses keep their defaults."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data root shared by the session; Fashion-MNIST is unpacked into it on first use."""
@@ -46,3 +55,21 @@ def tiny_config(data_root: Path, tmp_path: Path) -> dict[str, Any]:
         "output_dir": str(tmp_path / "runs"),
         "partition": {"name": "dominant", "s": 20},
     }
+
+
+#: the integration tests that take longest, run first so that they do not end a parallel run
+#: (``make test``: ``pytest -n 3 --dist loadfile``) alone
+_LONG_FIRST = ("test_multihost.py", "test_sweep_faults.py", "test_sweep.py", "test_console.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Integration tests first (the longest files first), then the unit and contract tests, which
+    fill the other workers meanwhile; the order is the same in every xdist worker."""
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        if "integration" not in item.path.parts:
+            return (2, 0)
+        name = item.path.name
+        return (0, _LONG_FIRST.index(name)) if name in _LONG_FIRST else (1, 0)
+
+    items.sort(key=rank)  # stable: each file keeps its own order

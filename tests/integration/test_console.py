@@ -31,7 +31,9 @@ def _in_tmux(cmd: list[str], cwd: Path, extra: dict[str, str], timeout: float = 
     subprocess.run(
         [*tmux, "new-session", "-d", "-x", "150", "-y", "60", "bash", "-c", script],
         check=True,
-        env=env(**extra) | {"TERM": "xterm-256color"},
+        # the pane's size, not the caller's COLUMNS/LINES (which rich would read instead)
+        env={k: v for k, v in env(**extra).items() if k not in ("COLUMNS", "LINES")}
+        | {"TERM": "xterm-256color"},
     )
     try:
         deadline = time.monotonic() + timeout

@@ -118,3 +118,65 @@ def test_flush_waits_for_writes_enqueued_from_other_threads(store) -> None:  # t
     writer.flush()
     assert all(len(client.get_metric_history(run_id, f"t{k}")) == 10 for k in range(4))
     writer.close()
+
+
+_SIGINT_SCRIPT = """
+import sys, time
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+from sweeps.mlflow_writer import BackgroundWriter
+
+uri, runs = sys.argv[1], sys.argv[2:]
+
+
+class Slow:  # a real client, 5 ms slower per batch: the queue is still full at the SIGINT
+    def __init__(self, client):
+        self.client = client
+
+    def log_batch(self, run_id, metrics=(), params=(), tags=()):
+        time.sleep(0.005)
+        self.client.log_batch(run_id, metrics=metrics, params=params, tags=tags)
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+
+writer = BackgroundWriter(Slow(MlflowClient(tracking_uri=uri)))
+now = int(time.time() * 1000)
+for i in range(120):  # alternating runs: no two writes merge, 120 batches
+    writer.log_batch(runs[i % 2], metrics=[Metric("m", float(i), now, i)])
+print("queued", writer.pending, flush=True)
+time.sleep(120)
+"""
+
+
+def test_sigint_flushes_every_queued_write(tmp_path: Path) -> None:
+    """Ctrl-C on a driver with writes queued: every one reaches the store before it exits."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("sigint")
+    runs = [client.create_run(exp).info.run_id for _ in range(2)]
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SIGINT_SCRIPT, uri, *runs],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"PYTHONPATH": root, "MLFLOW_DISABLE_TELEMETRY": "true"},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert line.startswith("queued"), err[-2000:]
+    assert int(line.split()[1]) > 60  # most writes were still queued at the SIGINT
+    assert "KeyboardInterrupt" in err  # it was interrupted, not finished
+    logged = sorted(int(m.value) for r in runs for m in client.get_metric_history(r, "m"))
+    assert logged == list(range(120))
