@@ -58,10 +58,13 @@ def _sqlite_file(uri: str) -> Path | None:
 
 
 def require_free_port(port: int, host: str = HOST) -> None:
-    """Raise :class:`DashboardError` unless ``host:port`` can be bound now."""
+    """Raise :class:`DashboardError` unless ``host:port`` can be bound now, as the servers bind
+    it (``SO_REUSEADDR``: a port whose last server just died, with connections in TIME_WAIT, is
+    free to them; one a server listens on is not)."""
     if not 1 <= port <= 65535:
         raise DashboardError(f"port {port} is outside 1-65535")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

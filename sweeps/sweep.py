@@ -381,6 +381,9 @@ def run_sweep(
 
     # Tune returns (rather than raises) after a SIGINT; trials it did not finish remain.
     interrupted = any(r.error is None and not (r.metrics or {}).get("done") for r in grid)
+    # after a resume: what the killed driver had queued but not written, from the trials' own
+    # checkpoints (before reconciling, which closes runs that may still lack those points)
+    relogged = callback.relog_missing(paths.tune_dir) if resume else None
     reconciled = None if interrupted else _close_orphaned_study_trials(callback)
     callback.close()
     df = export_sweep(uri, exp_name, out=paths.parquet, parent_run_id=parent_id)
@@ -391,6 +394,7 @@ def run_sweep(
     client.set_terminated(parent_id, status="KILLED" if interrupted else "FINISHED")
     summary["interrupted"] = interrupted
     summary["reconciled"] = reconciled
+    summary["relogged"] = relogged
     summary["ray_init_seconds"] = ray_init_seconds
     wall = time.perf_counter() - ray_start
     spent = driver_tally()

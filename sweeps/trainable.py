@@ -120,6 +120,9 @@ class FLTrainable(tune.Trainable):
             cfg = self.exp_config.model_copy(update={"seed": seed})
             self.engines.append(build_engine(cfg, data=build_data(cfg)))
         self._latest: list[dict[str, float | None]] = [{} for _ in self.seeds]
+        # every step's numeric report, kept in the checkpoint: a resumed driver re-logs from it
+        # what a killed driver had queued but not written (MLflowDriverCallback.relog_missing)
+        self._reports: list[dict[str, float]] = []
         # From process start (interpreter, imports, data, engines) to ready: the per-trial cost.
         self._startup_s = _process_age()
 
@@ -174,6 +177,13 @@ class FLTrainable(tune.Trainable):
         done = all(e.finished for e in self.engines)
         report["diverged"] = diverged  # the searcher tells it FAIL (reason "diverged")
         report["done"] = done or diverged
+        self._reports.append(
+            {
+                k: float(v)
+                for k, v in report.items()
+                if isinstance(v, int | float) and not isinstance(v, bool)
+            }
+        )
         return report
 
     def _take_run_summary(self, i: int, engine: Engine) -> None:
@@ -247,7 +257,11 @@ class FLTrainable(tune.Trainable):
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         torch.save(
-            {"engines": [e.state_dict() for e in self.engines], "latest": self._latest},
+            {
+                "engines": [e.state_dict() for e in self.engines],
+                "latest": self._latest,
+                "reports": self._reports,
+            },
             Path(checkpoint_dir) / "state.pt",
         )
 
@@ -256,3 +270,4 @@ class FLTrainable(tune.Trainable):
         for engine, s in zip(self.engines, state["engines"], strict=True):
             engine.load_state_dict(s)
         self._latest = state["latest"]
+        self._reports = list(state.get("reports", []))

@@ -430,6 +430,46 @@ class MLflowDriverCallback(Callback):
         mark()
 
     # ------------------------------------------------------------------ the end
+    def relog_missing(self, tune_dir: str | Path) -> dict[str, int]:
+        """Write back what a killed driver had queued but not written (§2): every metric point
+        of a trial's reports (kept in its latest checkpoint, ``FLTrainable.save_checkpoint``)
+        that its child run lacks, at the report's round, each once.
+
+        A SIGKILL loses the background writer's queue; the trials' own checkpoints under
+        ``tune_dir`` (shared storage) still hold every report up to their last checkpoint, and
+        Tune re-runs what came after it. Points already in the store are never written again
+        (looked up per metric and round), so running this twice writes nothing the second time.
+        Returns ``{"trials": n checked, "points": n written}``.
+        """
+        import torch
+        from mlflow.entities import Metric
+
+        self.flush()
+        counts = {"trials": 0, "points": 0}
+        root = Path(tune_dir)
+        for trial_id, run_id in sorted(self.state.data.get("trials", {}).items()):
+            checkpoints = sorted(root.glob(f"*_{trial_id}_*/checkpoint_*/state.pt"))
+            if not checkpoints:
+                continue
+            # checkpoint_NNNNNN: the highest index is the latest
+            reports = torch.load(checkpoints[-1], weights_only=False).get("reports") or []
+            counts["trials"] += 1
+            wanted: dict[str, dict[int, float]] = {}
+            for report in reports:
+                step = int(report.get("round", 0))
+                for key, value in _metrics(report).items():
+                    wanted.setdefault(key, {})[step] = value
+            now = int(time.time() * 1000)
+            missing = []
+            for key, by_step in wanted.items():
+                have = {m.step for m in self.client.get_metric_history(run_id, key)}
+                missing += [Metric(key, v, now, st) for st, v in by_step.items() if st not in have]
+            if missing:
+                self.writer.log_batch(run_id, metrics=missing)
+                counts["points"] += len(missing)
+        self.flush()
+        return counts
+
     def reconcile(self) -> dict[str, int]:
         """Make MLflow agree with the Optuna study once the sweep is complete.
 

@@ -101,6 +101,8 @@ def test_driver_killed_between_tell_and_state_save_resumes_every_trial_exactly_o
         tmp_path,
         FEDSWEEP_PLUGINS="tests.plugins.faults",
         FEDSWEEP_FAULT_KILL_AFTER_TELLS="3",
+        # the metrics the killed driver had queued never reached the store (made certain)
+        FEDSWEEP_FAULT_UNWRITTEN_METRICS="1",
         TUNE_GLOBAL_CHECKPOINT_S="3600",  # no periodic save after the first
     )
     assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
@@ -125,6 +127,16 @@ def test_driver_killed_between_tell_and_state_save_resumes_every_trial_exactly_o
     doc = json.loads(out.stdout)
     assert client(tmp_path).get_run(doc["parent_run_id"]).info.status == "FINISHED"
     assert doc["reconciled"]["lost_runs"] == 0 and doc["reconciled"]["closed_trials"] == 0
+    # §2 of issue 27: what the killed driver never wrote is re-logged from the trials' own
+    # checkpoints, each point once: every round of every trial that trained, no step twice
+    assert doc["relogged"]["points"] > 0, doc["relogged"]
+    store = client(tmp_path)
+    for run in child_runs(tmp_path):
+        if run.data.tags.get("failure_reason") == "diverged":
+            continue  # it stopped at its first round's NaN loss
+        for metric in ("accuracy", "train_loss"):
+            steps = [m.step for m in store.get_metric_history(run.info.run_id, metric)]
+            assert sorted(steps) == [1, 2], (run.data.tags.get("algorithm"), metric, steps)
 
 
 # SIGINT (a graceful stop at any moment, then the same resume, ~80 s) is marked slow to keep the

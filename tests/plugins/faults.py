@@ -9,6 +9,9 @@ sweep's trial lifecycle is tested with real trials in real Ray workers, and a dr
 - ``fedavg_unmeasured``: ``fedavg_steady`` that declares the metric ``fault_metric`` in its
   ``reports`` and never measures it (an objective a trial ends without).
 
+Setting ``FEDSWEEP_FAULT_UNWRITTEN_METRICS=1`` makes the driver's background MLflow writer
+never write a metric: what a SIGKILL does to the metrics still in its queue, made certain.
+
 Setting ``FEDSWEEP_FAULT_KILL_AFTER_TELLS=N`` makes the sweep driver SIGKILL itself right after
 its N-th tell to Optuna has been stored, before Tune can save its experiment state again (set
 ``TUNE_GLOBAL_CHECKPOINT_S`` high to keep Tune from saving at any other moment): what a power
@@ -27,6 +30,7 @@ from flcore.algorithms.fedavg import FedAvg
 from search_spaces.base import SPACES, param_name
 
 KILL_AFTER_TELLS = "FEDSWEEP_FAULT_KILL_AFTER_TELLS"
+UNWRITTEN_METRICS = "FEDSWEEP_FAULT_UNWRITTEN_METRICS"
 
 
 @ALGORITHMS.register("fedavg_raises")
@@ -99,3 +103,20 @@ def _kill_after_tells(limit: int) -> None:
 
 if os.environ.get(KILL_AFTER_TELLS):
     _kill_after_tells(int(os.environ[KILL_AFTER_TELLS]))
+
+
+def _never_write_metrics() -> None:
+    """The writer drops every metric it is given (its tags, params and calls go through)."""
+    from sweeps.mlflow_writer import BackgroundWriter
+
+    log_batch = BackgroundWriter.log_batch
+
+    def without_metrics(self: Any, run_id: str, metrics=(), params=(), tags=()) -> None:  # type: ignore[no-untyped-def]
+        if params or tags:
+            log_batch(self, run_id, params=params, tags=tags)
+
+    BackgroundWriter.log_batch = without_metrics  # type: ignore[method-assign]
+
+
+if os.environ.get(UNWRITTEN_METRICS):
+    _never_write_metrics()
