@@ -58,8 +58,17 @@ def tiny_config(data_root: Path, tmp_path: Path) -> dict[str, Any]:
 
 
 #: the integration tests that take longest, run first so that they do not end a parallel run
-#: (``make test``: ``pytest -n 3 --dist loadfile``) alone
-_LONG_FIRST = ("test_multihost.py", "test_sweep_faults.py", "test_sweep.py", "test_console.py")
+#: (``make test``: ``pytest -n 3 --dist load``, which hands tests out in this order) alone
+_LONG_FIRST = (
+    "test_multihost.py",
+    "test_sweep_faults.py",
+    "test_sweep.py",
+    "test_tracking_outage.py",
+    "test_console.py",
+    "test_tracking_server.py",
+    "test_resume_spec.py",
+    "test_attack_cli.py",
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

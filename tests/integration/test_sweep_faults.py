@@ -238,6 +238,9 @@ def test_trial_worker_sigkill_is_retried_from_its_checkpoint(
 
 
 @pytest.mark.timeout(600)
+# The multi-host test (test_multihost.py) places trials on two worker hosts of a real cluster
+# in the default run; this one-process cluster is kept for `make slow`.
+@pytest.mark.slow
 def test_two_node_cluster_places_trials_on_both_nodes(
     data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
