@@ -14,12 +14,12 @@ quickstart: install data
 	$(VENV)/bin/fedsweep sweep sweeps/quickstart.yaml --set name=quickstart-$$(date +%Y%m%d-%H%M%S)
 
 ## test: install the dev extra and run lint, the import contract and the default test suite
-## (three pytest-xdist workers, handed tests in collection order, the longest integration
+## (three pytest-xdist workers, handed one test at a time in collection order, the longest integration
 ## tests first; see tests/conftest.py)
 test: install-dev data
 	$(VENV)/bin/ruff check flcore sweeps search_spaces analysis benchmarks tests
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -n 3 --dist load
+	$(PY) -m pytest -q -n 3 --dist load --maxschedchunk 1
 
 ## slow: the tests marked slow (long runs), left out of `make test`
 slow: install-dev data

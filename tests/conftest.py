@@ -58,7 +58,8 @@ def tiny_config(data_root: Path, tmp_path: Path) -> dict[str, Any]:
 
 
 #: the integration tests that take longest, run first so that they do not end a parallel run
-#: (``make test``: ``pytest -n 3 --dist load``, which hands tests out in this order) alone
+#: (``make test``: ``pytest -n 3 --dist load --maxschedchunk 1``, which hands tests out one at a
+#: time in this order) alone
 _LONG_FIRST = (
     "test_multihost.py",
     "test_sweep_faults.py",
