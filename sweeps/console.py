@@ -31,7 +31,6 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -296,13 +295,9 @@ def _algorithm(trial: Any) -> str:
 
 
 def _error_reason(trial: Any) -> str:
-    text = ""
-    try:
-        if trial.error_file and Path(trial.error_file).is_file():
-            text = Path(trial.error_file).read_text()
-    except OSError:
-        pass
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    from sweeps.tune_tracking import trial_error
+
+    lines = [ln.strip() for ln in trial_error(trial).strip().splitlines() if ln.strip()]
     return f"error: {lines[-1][:300]}" if lines else "error"
 
 

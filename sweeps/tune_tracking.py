@@ -44,7 +44,7 @@ from sweeps.search import (
     StudyLink,
 )
 
-__all__ = ["MLflowDriverCallback", "SweepState"]
+__all__ = ["MLflowDriverCallback", "SweepState", "trial_error"]
 
 _SKIP = {
     "done",
@@ -106,6 +106,16 @@ class SweepState:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.data, indent=1))
         tmp.replace(self.path)
+
+
+def trial_error(trial: Any) -> str:
+    """The traceback Tune saved for a failed trial (its error file), or ""."""
+    try:
+        if trial.error_file and Path(trial.error_file).is_file():
+            return Path(trial.error_file).read_text()
+    except OSError:
+        pass
+    return ""
 
 
 def _metrics(result: dict[str, Any]) -> dict[str, float]:
@@ -418,12 +428,7 @@ class MLflowDriverCallback(Callback):
     @driver_time("mlflow")
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         run_id = self._run_id(trial)
-        error = ""
-        try:
-            if trial.error_file and Path(trial.error_file).is_file():
-                error = Path(trial.error_file).read_text()
-        except OSError:
-            pass
+        error = trial_error(trial)
         self._close_as_told(
             trial, run_id, error=True, extra={"error": error[-4000:] or "trial raised an error"}
         )

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from flcore.errors import FedSweepError
 from sweeps.cli.output import fail
 
 __all__ = [
+    "JsonFlag",
     "OBJECTIVES_HELP",
     "SPEC_HELP",
+    "SetOption",
+    "config_or_fail",
     "count",
     "default_objectives_or_fail",
     "objectives_or_fail",
@@ -123,3 +128,18 @@ def default_objectives_or_fail(df: Any, parquet: Path | None) -> tuple[list[Any]
         return default_objectives(df, client)
     except ObjectiveError as exc:
         fail(str(exc))
+
+
+#: the options `run` and `attack` share
+SetOption = Annotated[list[str] | None, typer.Option("--set", help="override: key=value (dotted)")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="print one JSON document on stdout")]
+
+
+def config_or_fail(path: Path, sets: list[str] | None) -> Any:
+    """The experiment config at ``path`` with ``--set`` overrides; a bad one exits 2."""
+    from flcore.config import load_config
+
+    try:
+        return load_config(path, sets or [])
+    except FedSweepError as exc:
+        fail(f"invalid config {path}: {exc}")

@@ -11,6 +11,7 @@ import typer
 
 from flcore.errors import FedSweepError
 from sweeps.cli._app import app
+from sweeps.cli.inputs import JsonFlag, SetOption, config_or_fail
 from sweeps.cli.output import deliver, fail
 from sweeps.cli.render import print_attack, print_summary
 
@@ -27,21 +28,12 @@ class Listable(StrEnum):
 @app.command()
 def run(
     config: Annotated[Path, typer.Argument(help="experiment YAML")],
-    set_: Annotated[
-        list[str] | None, typer.Option("--set", help="override: key=value (dotted)")
-    ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="print one JSON document on stdout")
-    ] = False,
+    set_: SetOption = None,
+    as_json: JsonFlag = False,
     resume: Annotated[Path | None, typer.Option(help="continue from this checkpoint")] = None,
 ) -> None:
     """Run one FL experiment in-process, logging to MLflow and Parquet."""
-    from flcore.config import load_config
-
-    try:
-        cfg = load_config(config, set_ or [])
-    except FedSweepError as exc:
-        fail(f"invalid config {config}: {exc}")
+    cfg = config_or_fail(config, set_)
     if resume is not None and not resume.is_file():
         fail(f"--resume: no checkpoint at {resume}")
 
@@ -53,12 +45,8 @@ def run(
 @app.command()
 def attack(
     config: Annotated[Path, typer.Argument(help="experiment YAML (its `attack` mapping)")],
-    set_: Annotated[
-        list[str] | None, typer.Option("--set", help="override: key=value (dotted)")
-    ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="print one JSON document on stdout")
-    ] = False,
+    set_: SetOption = None,
+    as_json: JsonFlag = False,
     checkpoint: Annotated[
         Path | None,
         typer.Option(help="attack a trained run: restore this checkpoint, attack the next round"),
@@ -70,13 +58,9 @@ def attack(
     client 0 in the last round); training stops after the last attacked round. Logged to
     MLflow like `fedsweep run` (tag fedsweep.kind=attack), with the image grid as artifact.
     """
-    from flcore.config import load_config
     from sweeps.experiment import attack_config
 
-    try:
-        cfg = load_config(config, set_ or [])
-    except FedSweepError as exc:
-        fail(f"invalid config {config}: {exc}")
+    cfg = config_or_fail(config, set_)
     if checkpoint is not None and not checkpoint.is_file():
         fail(f"--checkpoint: no checkpoint at {checkpoint}")
     try:
