@@ -314,6 +314,7 @@ def run_sweep(
         study=link,
         rule=rule,
     )
+    callback.fresh = not resume  # no earlier driver made runs for this sweep's trials
 
     try:
         if resume and (paths.tune_dir / "tuner.pkl").is_file():
