@@ -30,6 +30,8 @@ from typing import Any
 from flcore.errors import ConfigError
 
 __all__ = [
+    "refuse_password",
+    "require_driver",
     "check_storage_shared",
     "check_tracking_reachable",
     "check_tracking_uri",
@@ -71,27 +73,43 @@ def check_tracking_uri(uri: str, *, key: str = "tracking.uri", in_spec: bool = T
             f"MLflow cannot store runs at a {scheme}:// URI: use http(s):// for a tracking "
             f"server (fedsweep server), or a database URL ({', '.join(_DB_BACKENDS)})",
         )
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+    from sqlalchemy.exc import ArgumentError
 
     try:
         url = _db_url(uri)
     except ArgumentError as err:
         raise ConfigError(key, f"not a database URL: {err}") from None
-    if in_spec and url.password is not None:
+    if in_spec:
+        refuse_password(url, key, "or set the whole URL in MLFLOW_TRACKING_URI")
+    require_driver(url, key)
+    return uri
+
+
+def refuse_password(url: Any, key: str, instead: str = "") -> None:
+    """A database URL written in the spec may carry no password: the spec is logged to MLflow
+    and kept beside the sweep."""
+    if url.password is not None:
         raise ConfigError(
             key,
             "the URL carries a password, which would be logged with the spec: leave it out and "
-            "give it to the driver (PGPASSWORD or ~/.pgpass for postgresql), or set the whole "
-            "URL in MLFLOW_TRACKING_URI",
+            "give it to the driver (PGPASSWORD or ~/.pgpass for postgresql, ~/.my.cnf for mysql)"
+            + (f", {instead}" if instead else ""),
         )
+
+
+def require_driver(url: Any, key: str) -> None:
+    """The database driver a URL names imports now (not after Ray started)."""
+    from sqlalchemy.exc import NoSuchModuleError
+
     try:
         url.get_dialect().import_dbapi()
     except (ImportError, NoSuchModuleError) as err:
         raise ConfigError(
             key,
-            f"{url.drivername!r} needs a database driver that is not installed ({err})",
+            f"{url.drivername!r} needs a database driver that is not installed ({err}): install "
+            "it (psycopg[binary] for postgresql, mysqlclient for mysql) or name an installed one "
+            "in the URL (postgresql+psycopg2://...)",
         ) from None
-    return uri
 
 
 def check_tracking_reachable(uri: str, *, key: str = "tracking.uri") -> None:

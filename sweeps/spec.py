@@ -348,7 +348,7 @@ def _optuna_store(value: str) -> str:
     if "://" not in value:
         raise ConfigError(key, f"must be 'sqlite', 'journal' or a database URL (got {value!r})")
     from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+    from sqlalchemy.exc import ArgumentError
 
     try:
         url = make_url(value)
@@ -359,21 +359,10 @@ def _optuna_store(value: str) -> str:
         raise ConfigError(
             key, f"Optuna's RDB storage here takes {', '.join(_RDB_BACKENDS)} URLs, not {backend!r}"
         )
-    if url.password is not None:
-        raise ConfigError(
-            key,
-            "the URL carries a password, which would be logged with the spec: leave it out and "
-            "give it to the driver (PGPASSWORD or ~/.pgpass for postgresql, ~/.my.cnf for mysql)",
-        )
-    try:
-        url.get_dialect().import_dbapi()
-    except (ImportError, NoSuchModuleError) as err:
-        raise ConfigError(
-            key,
-            f"{url.drivername!r} needs a database driver that is not installed ({err}): install "
-            "it (psycopg[binary] for postgresql, mysqlclient for mysql) or name an installed one "
-            "in the URL (postgresql+psycopg2://...)",
-        ) from None
+    from sweeps.preflight import refuse_password, require_driver
+
+    refuse_password(url, key)
+    require_driver(url, key)
     if backend == "sqlite":
         if not url.database or url.database == ":memory:":
             raise ConfigError(key, "an in-memory sqlite store does not survive the sweep")
