@@ -20,6 +20,8 @@ import time
 import uuid
 from pathlib import Path
 
+from tests.integration.ray_hosts import private_tmpfs
+
 SUBNET = "10.203.7"
 
 
@@ -59,22 +61,8 @@ class Hosts:
                 # a default route onto the bridge (which leads nowhere): programs that find
                 # their own address by routing towards the internet (Ray) find this one
                 _ip("-n", ns, "route", "add", "default", "dev", f"{veth}p")
-                self._anchor[name] = subprocess.Popen(
-                    [
-                        "ip",
-                        "netns",
-                        "exec",
-                        ns,
-                        "unshare",
-                        "--mount",
-                        "--propagation",
-                        "private",
-                        "sh",
-                        "-c",
-                        "mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm "
-                        "&& exec sleep infinity",
-                    ],  # fmt: skip
-                )
+                anchor = private_tmpfs(("/tmp", "/dev/shm"), ["sleep", "infinity"])
+                self._anchor[name] = subprocess.Popen(["ip", "netns", "exec", ns, *anchor])
             for name in self.netns:
                 self._wait_anchor(name)
         except BaseException:

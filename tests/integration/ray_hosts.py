@@ -61,6 +61,14 @@ class Node:
         self._out.close()
 
 
+def private_tmpfs(folders: tuple[Path | str, ...], then: list[str]) -> list[str]:
+    """``then``, run in a mount namespace of its own where each folder is an empty tmpfs (root
+    only: ``unshare --mount``); nothing mounted there is seen outside."""
+    mounts = " && ".join(f"mount -t tmpfs tmpfs {shlex.quote(str(p))}" for p in folders)
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f"{mounts} && exec {shlex.join(then)}"]  # fmt: skip
+
+
 def start_head(temp_dir: Path, port: int) -> Node:
     cmd = [
         RAY,
@@ -84,16 +92,7 @@ def start_worker(
     start = [RAY, "start", "--block", f"--address={address}", f"--num-cpus={num_cpus}"]
     if not hide:
         return Node(start, ray_env(temp_dir), temp_dir.parent / "worker.log")
-    mounts = " && ".join(f"mount -t tmpfs tmpfs {shlex.quote(str(p))}" for p in hide)
-    cmd = [
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "sh",
-        "-c",
-        f"{mounts} && exec {shlex.join(start)}",
-    ]
+    cmd = private_tmpfs(hide, start)
     return Node(cmd, ray_env(temp_dir), temp_dir.parent / "worker.log")
 
 
