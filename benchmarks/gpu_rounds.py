@@ -9,9 +9,9 @@ client, 5 local epochs, batch 50, SGD momentum 0.5), at 20 and 100 clients. A ca
 selection and the first allocation, and the evaluated last round are left out).
 
 Parts (``--parts``):
-- ``rounds``: FedAvg loop and vectorized at 20 and 100 clients; HyperFL (loop: it is not
-  vectorized) and DP-FedAvg (loop and vectorized, its Table 1 config: target epsilon 4, clip
-  0.04) at 20; every case with and without ``torch.use_deterministic_algorithms``.
+- ``rounds``: FedAvg, HyperFL and DP-FedAvg (its Table 1 config: target epsilon 4, clip 0.04),
+  loop and vectorized, at 20 clients; the three vectorized and FedAvg's loop at 100; each
+  with or without ``torch.use_deterministic_algorithms`` (``--deterministic``).
 - ``packing``: 1, 4 and 8 processes at once on the device, each a short FedAvg run (20 clients,
   10 rounds, ``executor: auto``), with ``nvidia-smi`` sampled every 0.5 s: runs per hour and
   mean GPU utilisation.
@@ -106,12 +106,10 @@ def part_rounds(args: argparse.Namespace) -> dict[str, Any]:
     cases = [("fedavg", small, "loop"), ("fedavg", small, "vectorized")]
     cases += [("fedavg", c, "vectorized") for c in args.clients if c != small]
     for alg in ("dp_fedavg", "hyperfl"):
-        if alg in args.cases:
-            cases += [
-                (alg, small, ex)
-                for ex in ("vectorized", "loop")
-                if alg != "hyperfl" or ex == "loop"
-            ]
+        cases += [(alg, small, ex) for ex in ("vectorized", "loop")]
+    cases += [
+        (a, c, "vectorized") for a in ("hyperfl", "dp_fedavg") for c in args.clients if c != small
+    ]
     cases += [("fedavg", c, "loop") for c in args.clients if c != small]
     cases = [c for c in cases if c[0] in args.cases]
     del large
@@ -226,6 +224,7 @@ def part_repeatable(args: argparse.Namespace) -> dict[str, Any]:
             ("fedavg", "vectorized"),
             ("dp_fedavg", "vectorized"),
             ("hyperfl", "loop"),
+            ("hyperfl", "vectorized"),
         ):
             cfg = config(alg, 20, 3, args.device, ex)
             data = build_data(cfg)

@@ -6,12 +6,14 @@ a chunk of K clients are stacked on a leading client dimension and every local s
 client runs as one ``torch.func.vmap`` over ``functional_call``; the SGD state (momentum
 buffers) is stacked the same way. What it runs is :class:`~flcore.algorithms.base.VectorJob`,
 the local work of the algorithms that declare ``vectorized`` (FedAvg, FedProx, Local-only,
-Ditto, DP-FedAvg with record-level or client-level DP): E epochs of SGD with momentum and weight
-decay on the cross-entropy, from a start point, with a proximal gradient (FedProx's, Ditto's
-personal objective) and DP-SGD as options, and a second training on the same client generator
-where the algorithm has one (Ditto: the global model, then the personal one, which is judged).
-Other algorithms keep the loop (``executor: auto``) or are refused (``executor: vectorized``)
-with the reason, before any round.
+Ditto, DP-FedAvg with record-level or client-level DP, HyperFL): E epochs of SGD with momentum
+and weight decay on the cross-entropy of the algorithm's ``vector_model``, from a start point,
+on all its parameters or a named part, with a proximal gradient (FedProx's, Ditto's personal
+objective), per-group gradient clipping and DP-SGD as options, and further trainings on the same
+client generator where the algorithm has them (Ditto: the global model, then the personal one,
+which is judged; HyperFL: the head on the generated extractor, then the hypernetwork and the
+embedding from where the first left off). Other algorithms keep the loop (``executor: auto``) or
+are refused (``executor: vectorized``) with the reason, before any round.
 
 The same arithmetic as the loop, step for step:
 - Batches are each client's own: its generator (``client_generator``) draws the epoch orders
@@ -25,13 +27,21 @@ The same arithmetic as the loop, step for step:
   (an empty batch too), divided by the expected batch size q n_k.
 - The SGD step is torch's: ``g + wd w``, ``buf = m buf + g`` (buf = g at the first step),
   ``w - lr buf``; FedProx adds ``mu (w - w^t)`` to the gradient first, as its step hook does.
+  A step where every client is active, at one learning rate and without a proximal term, runs
+  torch's fused SGD kernel (the loop optimizer's) over the stacked tensors in place; others
+  a masked in-place step. Per-group clipping (``VectorJob.clip``) scales the gradients first.
 
 On the CPU every random number comes from each client's generator as in the loop, DP noise
 included, so the results equal the loop's up to floating-point summation order (the test suite
 checks 1e-9 in float64 after two rounds). On CUDA the DP noise is drawn on the device, from one
 generator per chunk seeded by (seed, round, the chunk's first client): the same distribution,
 another stream, repeatable for a given chunk size. Generating it on the CPU, client by client,
-would cost more than the training.
+would cost more than the training. The Poisson batches of all steps are drawn at the start of
+a training (the same numbers, from each client's generator) and moved to the device in one copy:
+a copy a step waited for the GPU at every step.
+
+A broadcast every client receives (the same tensor) is copied to the device once and repeated
+there: HyperFL's 15M-parameter hypernetwork is not sent a hundred times.
 
 Evaluation (a client's ``accuracy_before``, ``accuracy``, ``test_loss`` and validation
 accuracy) runs the same way, over padded test sets. Each client's ``client_seconds`` is its
@@ -122,11 +132,11 @@ class VectorizedExecutor:
             if source is train
             else _Records(source.images, source.labels, info, self.device)
         )
-        self._model = self._alg.client_model()
+        self._model = self._alg.vector_model().to(self.device)
         named = list(self._model.named_parameters())
         self._names = [k for k, p in named if p.requires_grad]
         self._frozen = {k: p.detach() for k, p in named if not p.requires_grad}
-        keys = self._alg.trainable_keys(self._model)  # type: ignore[attr-defined]
+        keys = self._alg.vector_keys(self._model)
         self._keys = list(self._model.state_dict()) if keys is None else list(keys)
         p, t = self._alg.privacy, self._alg.training
         self._dp = (
@@ -167,6 +177,14 @@ class VectorizedExecutor:
     def _functional(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         return functional_call(self._model, (params, self._frozen), (x,))
 
+    def _stack(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """``[K, ...]`` on the device; one tensor that every client received (a broadcast) is
+        copied to the device once and repeated there."""
+        first = tensors[0]
+        if all(_same(t, first) for t in tensors[1:]):
+            return first.to(self.device).expand(len(tensors), *first.shape).clone()
+        return torch.stack([t.to(self.device) for t in tensors])
+
     def _run_chunk(self, tasks: list[ClientTask]) -> list[ClientResult]:
         began = time.perf_counter()
         alg, fed = self._alg, self._fed
@@ -176,6 +194,16 @@ class VectorizedExecutor:
             if any(j is None for j in nxt):
                 raise ValueError(f"{alg.name}: clients of one round planned different phases")
             phases.append(nxt)  # type: ignore[arg-type]
+        for jobs in phases:
+            if len({(j.follows, j.epochs, j.trains, j.clip, j.private) for j in jobs}) > 1:
+                raise ValueError(f"{alg.name}: clients of one round planned different trainings")
+        if phases[0][0].follows:
+            raise ValueError(f"{alg.name}: the first training cannot follow another")
+        # a chain: trainings linked by ``follows``; its end is a result (VectorJob's docstring)
+        ends = [
+            d for d in range(len(phases)) if d + 1 == len(phases) or not phases[d + 1][0].follows
+        ]
+        last_chain = max(d for d in range(len(phases)) if not phases[d][0].follows)
         train_rows = [
             torch.tensor(fed.train.client_indices[t.client_id], dtype=torch.long) for t in tasks
         ]
@@ -185,30 +213,31 @@ class VectorizedExecutor:
             g.set_state(_client_state(task))
         metrics: list[dict[str, float]] = [{} for _ in tasks]
         judged = [k for k, t in enumerate(tasks) if t.evaluate]
-        trained: list[dict[str, torch.Tensor]] = []
+        results_at: list[dict[str, torch.Tensor]] = []
+        params: dict[str, torch.Tensor] = {}
         for depth, jobs in enumerate(phases):
-            last = depth == len(phases) - 1
-            start = {
-                k: torch.stack([j.start[k] for j in jobs]).to(self.device) for k in self._names
-            }
-            anchor = {
-                k: torch.stack([(j.anchor or j.start)[k] for j in jobs]).to(self.device)
-                for k in self._names
-            }
-            dtype = start[self._names[0]].dtype
-            params = {k: v.clone() for k, v in start.items()}
+            job = jobs[0]
+            if not job.follows:
+                params = {k: self._stack([j.start[k] for j in jobs]) for k in self._names}
+            dtype = params[self._names[0]].dtype
             lr = torch.tensor([j.lr for j in jobs], dtype=dtype, device=self.device)
             mu = torch.tensor([j.prox_mu for j in jobs], dtype=dtype, device=self.device)
-            if last and judged:  # the model the client keeps is the one it is judged on
+            anchor = None
+            if any(j.prox_mu for j in jobs):
+                anchor = {
+                    k: self._stack([(j.anchor or j.start)[k] for j in jobs]) for k in self._names
+                }
+            if depth == last_chain and judged:  # the start of the model the client keeps
                 self._evaluate_into(metrics, judged, params, tasks, before=True)
-            private = all(j.private for j in jobs)
-            losses = self._train(params, anchor, lr, mu, tasks, gens, train_rows, private)
-            if depth == 0:  # the released model's loss, as the loop reports it
+            losses = self._train(params, anchor, lr, mu, tasks, gens, train_rows, job)
+            if depth == ends[0]:  # the released model's loss, as the loop reports it
                 for k, loss in enumerate(losses):
                     metrics[k]["train_loss"] = loss
-            if last and judged:
+            if depth == len(phases) - 1 and judged:
                 self._evaluate_into(metrics, judged, params, tasks, before=False)
-            trained.append(params)
+            if depth in ends:
+                results_at.append(params)
+                params = dict(params)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         seconds = (time.perf_counter() - began) / len(tasks)
@@ -216,10 +245,10 @@ class VectorizedExecutor:
         for k, task in enumerate(tasks):
             weights, kept = (
                 {key: p[key][k].detach().to("cpu", copy=True) for key in self._keys}
-                for p in (trained[0], trained[-1])
+                for p in (results_at[0], results_at[-1])
             )
             metrics[k]["client_seconds"] = seconds
-            kept_or_none = kept if len(trained) > 1 else None
+            kept_or_none = kept if len(results_at) > 1 else None
             results.append(
                 alg.vector_result(task, weights, len(train_rows[k]), metrics[k], kept_or_none)
             )
@@ -229,40 +258,60 @@ class VectorizedExecutor:
     def _train(
         self,
         params: dict[str, torch.Tensor],
-        anchor: dict[str, torch.Tensor],
+        anchor: dict[str, torch.Tensor] | None,
         lr: torch.Tensor,
         mu: torch.Tensor,
         tasks: list[ClientTask],
         gens: list[torch.Generator],
         rows: list[torch.Tensor],
-        private: bool = True,
+        job: Any,
     ) -> list[float]:
-        """Every client's E epochs, step by step in lockstep (DP-SGD when the run's mechanism
-        is ``dpsgd`` and ``private``); returns each one's mean loss."""
+        """Every client's epochs of ``job``, step by step in lockstep (DP-SGD when the run's
+        mechanism is ``dpsgd`` and the job is ``private``); returns each one's mean loss."""
         t = self._alg.training
+        epochs = t.epochs if job.epochs is None else job.epochs
+        names = list(job.trains) if job.trains is not None else self._names
+        unknown = sorted(set(names) - set(self._names))
+        if unknown:
+            raise ValueError(f"{self._alg.name}: a job trains unknown parameters {unknown}")
         n = [len(r) for r in rows]
-        steps = torch.tensor([t.epochs * math.ceil(nk / t.batch_size) for nk in n])
+        steps = torch.tensor([epochs * math.ceil(nk / t.batch_size) for nk in n])
         total = int(steps.max()) if len(n) else 0
-        active = (torch.arange(total)[None, :] < steps[:, None]).to(self.device)
-        buf = {k: torch.zeros_like(v) for k, v in params.items()}
+        active_host = torch.arange(total)[None, :] < steps[:, None]
+        active = active_host.to(self.device)
+        lrs = set(lr.tolist())
+        # what each step's update may skip, known on the host (no device sync)
+        how = [
+            {"uniform_lr": next(iter(lrs)) if len(lrs) == 1 else None, "all_active": bool(a)}
+            for a in active_host.all(0).tolist()
+        ]
+        buf = {k: torch.zeros_like(params[k]) for k in names}
         dtype = lr.dtype
         loss_sum = torch.zeros(len(tasks), dtype=dtype, device=self.device)
         self._model.train()
+        held = {k: v for k, v in params.items() if k not in names}
 
         def batch_loss(
-            p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, m: torch.Tensor
+            p: dict[str, torch.Tensor],
+            fixed: dict[str, torch.Tensor],
+            x: torch.Tensor,
+            y: torch.Tensor,
+            m: torch.Tensor,
         ) -> torch.Tensor:
-            ce = F.cross_entropy(self._functional(p, x), y, reduction="none")
+            ce = F.cross_entropy(self._functional(p | fixed, x), y, reduction="none")
             return (ce * m).sum() / m.sum().clamp(min=1)
 
-        if self._dp is None or not private:
-            idx, mask = self._epoch_batches(gens, rows, total)
+        if self._dp is None or not job.private:
+            idx, mask = self._epoch_batches(gens, rows, total, epochs)
             step = vmap(grad_and_value(batch_loss))
             for s in range(total):
                 x, y = self._train_set.batch(idx[:, s])
-                grads, loss = step(params, x, y, mask[:, s].to(dtype))
+                trained = {k: params[k] for k in names}
+                grads, loss = step(trained, held, x, y, mask[:, s].to(dtype))
                 loss_sum += torch.where(active[:, s], loss, 0.0)
-                self._sgd(params, buf, grads, anchor, lr, mu, active[:, s])
+                for group, max_norm in job.clip:
+                    _clip_(grads, group, max_norm)
+                self._sgd(params, buf, grads, anchor, lr, mu, active[:, s], **how[s])
         else:
             dp = self._dp
             noise_gen = None
@@ -276,18 +325,30 @@ class VectorizedExecutor:
             expected = torch.tensor([qk * nk for qk, nk in zip(q, n, strict=True)], dtype=dtype)
             expected = expected.to(self.device)
 
-            def sample_loss(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor):  # type: ignore[no-untyped-def]
-                return F.cross_entropy(self._functional(p, x.unsqueeze(0)), y.unsqueeze(0))
+            def sample_loss(p, fixed, x, y):  # type: ignore[no-untyped-def]
+                return F.cross_entropy(self._functional(p | fixed, x.unsqueeze(0)), y.unsqueeze(0))
 
-            per_sample = vmap(vmap(grad(sample_loss), in_dims=(None, 0, 0)))
+            per_sample = vmap(vmap(grad(sample_loss), in_dims=(None, None, 0, 0)))
             forward_loss = vmap(batch_loss)
             std = dp.noise_multiplier * dp.clip
+            if noise_gen is not None:  # every step's batches, moved to the device at once
+                table, table_mask, widths = self._poisson_table(gens, rows, q, steps, total)
             for s in range(total):
-                picks, noise = self._dp_draws(gens, rows, q, steps, s, params, std, noise_gen)
-                idx, mask = _padded(picks, max(1, max(len(p) for p in picks)))
-                idx, mask = idx.to(self.device), mask.to(self.device)
+                trained = {k: params[k] for k in names}
+                if noise_gen is None:
+                    picks, noise = self._dp_draws(gens, rows, q, steps, s, trained, std)
+                    idx, mask = _padded(picks, max(1, max(len(p) for p in picks)))
+                    idx, mask = idx.to(self.device), mask.to(self.device)
+                else:
+                    idx, mask = table[:, s, : widths[s]], table_mask[:, s, : widths[s]]
+                    noise = {
+                        k: torch.normal(
+                            0.0, std, v.shape, generator=noise_gen, device=v.device, dtype=v.dtype
+                        )
+                        for k, v in trained.items()
+                    }
                 x, y = self._train_set.batch(idx)
-                g = per_sample(params, x, y)
+                g = per_sample(trained, held, x, y)
                 norms = torch.sqrt(sum(v.flatten(2).pow(2).sum(2) for v in g.values()))
                 factor = (dp.clip / (norms + 1e-12)).clamp(max=1.0) * mask
                 grads = {
@@ -296,13 +357,13 @@ class VectorizedExecutor:
                     for k, v in g.items()
                 }
                 with torch.no_grad():
-                    loss = forward_loss(params, x, y, mask.to(dtype))
+                    loss = forward_loss(trained, held, x, y, mask.to(dtype))
                 loss_sum += torch.where(active[:, s], loss, 0.0)
-                self._sgd(params, buf, grads, anchor, lr, mu, active[:, s])
+                self._sgd(params, buf, grads, anchor, lr, mu, active[:, s], **how[s])
         return (loss_sum.cpu() / steps.clamp(min=1).to(dtype)).tolist()
 
     def _epoch_batches(
-        self, gens: list[torch.Generator], rows: list[torch.Tensor], total: int
+        self, gens: list[torch.Generator], rows: list[torch.Tensor], total: int, epochs: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each client's shuffled batches for all its epochs (the loop's draws), as a
         ``[K, steps, B]`` table of global indices and its mask."""
@@ -311,12 +372,44 @@ class VectorizedExecutor:
         mask = torch.zeros(len(rows), total, t.batch_size, dtype=torch.bool)
         for k, (g, row) in enumerate(zip(gens, rows, strict=True)):
             s = 0
-            for _ in range(t.epochs):
+            for _ in range(epochs):
                 for b in torch.randperm(len(row), generator=g).split(t.batch_size):
                     idx[k, s, : len(b)] = row[b]
                     mask[k, s, : len(b)] = True
                     s += 1
         return idx.to(self.device), mask.to(self.device)
+
+    def _poisson_table(
+        self,
+        gens: list[torch.Generator],
+        rows: list[torch.Tensor],
+        q: list[float],
+        steps: torch.Tensor,
+        total: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Every step's Poisson batches at once (off the CPU): ``[K, total, W]`` global indices
+        and mask on the device, and each step's width (its widest batch, at least 1). Each
+        client's generator draws ``rand(steps_k, n_k)``, the same numbers as one ``rand(n_k)``
+        a step, so the batches are the ones a step-by-step draw would take; one copy to the
+        device a chunk instead of one a step, which waited for the GPU every step."""
+        width = torch.ones(total, dtype=torch.long)
+        drawn = []
+        for k, (g, row) in enumerate(zip(gens, rows, strict=True)):
+            chosen = torch.rand(int(steps[k]), len(row), generator=g) < q[k]
+            counts = chosen.sum(1)
+            if len(counts):
+                width[: len(counts)] = torch.maximum(width[: len(counts)], counts)
+            # the chosen positions first, in order: a stable sort of "not chosen"
+            order = torch.sort((~chosen).to(torch.uint8), dim=1, stable=True).indices
+            drawn.append((row[order], counts))
+        w = int(width.max()) if total else 1
+        idx = torch.zeros(len(rows), total, w, dtype=torch.long)
+        mask = torch.zeros(len(rows), total, w, dtype=torch.bool)
+        for k, (picked, counts) in enumerate(drawn):
+            cols = min(w, picked.shape[1])
+            idx[k, : len(counts), :cols] = picked[:, :cols]
+            mask[k, : len(counts)] = torch.arange(w)[None, :] < counts[:, None]
+        return idx.to(self.device), mask.to(self.device), width.tolist()
 
     def _dp_draws(
         self,
@@ -327,10 +420,9 @@ class VectorizedExecutor:
         s: int,
         params: dict[str, torch.Tensor],
         std: float,
-        noise_gen: torch.Generator | None,
     ) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
-        """Step ``s``'s Poisson batches (global indices) and DP noise, stacked per parameter.
-        On the CPU each client's generator draws its mask then its noise, as in the loop."""
+        """On the CPU, step ``s``'s Poisson batches (global indices) and DP noise, stacked per
+        parameter: each client's generator draws its mask then its noise, as in the loop."""
         picks: list[torch.Tensor] = []
         per_client: list[list[torch.Tensor] | None] = []
         for k, (g, row) in enumerate(zip(gens, rows, strict=True)):
@@ -340,23 +432,11 @@ class VectorizedExecutor:
                 continue
             chosen = (torch.rand(len(row), generator=g) < q[k]).nonzero().flatten()
             picks.append(row[chosen])
-            if noise_gen is None:
-                per_client.append(
-                    [
-                        torch.normal(0.0, std, size=params[name].shape[1:], generator=g)
-                        for name in self._names
-                    ]
-                )
-        if noise_gen is not None:
-            noise = {
-                name: torch.normal(
-                    0.0, std, size=v.shape, generator=noise_gen, device=self.device, dtype=v.dtype
-                )
-                for name, v in params.items()
-            }
-            return picks, noise
+            per_client.append(
+                [torch.normal(0.0, std, size=v.shape[1:], generator=g) for v in params.values()]
+            )
         noise = {}
-        for j, name in enumerate(self._names):
+        for j, name in enumerate(params):
             zero = torch.zeros(params[name].shape[1:], dtype=params[name].dtype)
             noise[name] = torch.stack(
                 [zero if draws is None else draws[j] for draws in per_client]
@@ -368,27 +448,49 @@ class VectorizedExecutor:
         params: dict[str, torch.Tensor],
         buf: dict[str, torch.Tensor],
         grads: dict[str, torch.Tensor],
-        anchor: dict[str, torch.Tensor],
+        anchor: dict[str, torch.Tensor] | None,
         lr: torch.Tensor,
         mu: torch.Tensor,
         active: torch.Tensor,
+        *,
+        uniform_lr: float | None,
+        all_active: bool,
     ) -> None:
-        """One SGD step of every active client, as torch's SGD takes it (module docstring);
-        clients whose steps are done keep their parameters and momentum."""
+        """One SGD step of every active client on the parameters in ``grads``, in place, as
+        torch's SGD takes it (module docstring); clients whose steps are done keep their
+        parameters and momentum. With one learning rate, every client active and no proximal
+        term (known on the host, no device sync), the step is torch's fused SGD kernel over the
+        stacked tensors (an elementwise step: stacking changes nothing), the kernel the loop's
+        optimizer runs; otherwise a masked step with per-client rates."""
         t = self._alg.training
-        prox = bool((mu != 0).any())
+        keys = list(grads)
         with torch.no_grad():
-            for k, p in params.items():
-                g = grads[k]
-                if prox:
+            if uniform_lr is not None and all_active and anchor is None:
+                torch._fused_sgd_(
+                    [params[k] for k in keys],
+                    [grads[k] for k in keys],
+                    [buf[k] for k in keys] if t.momentum else [],
+                    weight_decay=t.weight_decay,
+                    momentum=t.momentum,
+                    lr=uniform_lr,
+                    dampening=0.0,
+                    nesterov=False,
+                    maximize=False,
+                    is_first_step=False,
+                )
+                return
+            on = active.to(lr.dtype)
+            for k in keys:
+                p, g = params[k], grads[k]
+                if anchor is not None:
                     g = g + _per_client(mu, p) * (p - anchor[k])
                 if t.weight_decay:
-                    g = g + t.weight_decay * p
-                if t.momentum:
-                    b = buf[k] * t.momentum + g
-                    buf[k] = torch.where(_per_client(active, p), b, buf[k])
-                    g = b
-                params[k] = torch.where(_per_client(active, p), p - _per_client(lr, p) * g, p)
+                    g = g.add(p, alpha=t.weight_decay)
+                g = g * _per_client(on, p)  # a finished client: no gradient, ...
+                if t.momentum:  # ... its momentum kept (x 1), ...
+                    buf[k].mul_(_per_client(on * t.momentum + (1 - on), p)).add_(g)
+                    g = buf[k]
+                p.addcmul_(_per_client(lr * on, p), g, value=-1.0)  # ... and no step
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -430,7 +532,8 @@ class VectorizedExecutor:
     ) -> None:
         """``client_eval``'s figures for the clients in ``judged`` (module docstring)."""
         fed = self._fed
-        sub = {k: v[judged] for k, v in params.items()}
+        # every client judged (the usual case): no copy of the stacked parameters
+        sub = params if len(judged) == len(tasks) else {k: v[judged] for k, v in params.items()}
         ids = [tasks[k].client_id for k in judged]
         test = [torch.tensor(fed.test.client_indices[c], dtype=torch.long) for c in ids]
         acc, loss = self._accuracy(sub, test, self._test_set)
@@ -451,6 +554,27 @@ class VectorizedExecutor:
         key = "val_accuracy_before" if before else "val_accuracy"
         for a, j in zip(val_acc, has, strict=True):
             metrics[judged[j]][key] = a
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors are views of the same memory with the same layout."""
+    return a is b or (
+        a.device == b.device
+        and a.dtype == b.dtype
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.data_ptr() == b.data_ptr()
+    )
+
+
+def _clip_(grads: dict[str, torch.Tensor], group: tuple[str, ...], max_norm: float) -> None:
+    """Scales each client's gradients of ``group`` together to norm ``max_norm`` at most, as
+    ``torch.nn.utils.clip_grad_norm_`` does for one model (coefficient ``max_norm / (norm +
+    1e-6)``, capped at 1)."""
+    norms = torch.stack([grads[k].flatten(1).norm(dim=1) for k in group]).norm(dim=0)
+    coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    for k in group:
+        grads[k].mul_(_per_client(coef, grads[k]))
 
 
 def _client_state(task: ClientTask) -> torch.Tensor:

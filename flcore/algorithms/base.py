@@ -129,9 +129,22 @@ class VectorJob:
         anchor: the proximal term's anchor (None: ``start``, FedProx's w^t).
         private: DP-SGD applies when the run's mechanism is ``dpsgd`` (False: a part that is
             never released, Ditto's personal model).
-        then: a second training that follows on the same client generator (Ditto's personal
-            model after the global one); the first's result is the upload, the last's the
-            model the client keeps and is evaluated on.
+        then: a next training that follows on the same client generator (Ditto's personal
+            model after the global one; HyperFL's hypernetwork step after its head step).
+        epochs: local epochs of this training (None: the configured ones).
+        trains: the names of the parameters this training updates (None: every trainable
+            parameter of :meth:`Algorithm.vector_model`); the others enter the forward pass
+            unchanged (HyperFL's head step holds the generator, its second step the head).
+        clip: gradient-norm clipping after each backward pass, ``((names, max_norm), ...)``:
+            each group's gradients are scaled together as ``torch.nn.utils.clip_grad_norm_``
+            scales them (HyperFL clips its hypernetwork and its embedding apart).
+        follows: start from the previous training's result instead of ``start`` (which is
+            then unused): the two form one chain, as HyperFL's two steps on one model.
+
+    Trainings linked by ``follows`` form a chain. The first chain's result is the upload, the
+    last chain's the model the client keeps; ``accuracy_before`` is taken at the start of the
+    last chain, ``accuracy`` at its end, and ``train_loss`` is the last training of the first
+    chain's (FedAvg: its one training; Ditto: the global model's; HyperFL: the generator's).
     """
 
     start: TensorDict
@@ -140,6 +153,10 @@ class VectorJob:
     anchor: TensorDict | None = None
     private: bool = True
     then: VectorJob | None = None
+    epochs: int | None = None
+    trains: tuple[str, ...] | None = None
+    clip: tuple[tuple[tuple[str, ...], float], ...] = ()
+    follows: bool = False
 
 
 @dataclass
@@ -292,6 +309,22 @@ class Algorithm(ABC):
         """Why this run's clients cannot be trained by the vectorized executor, or None."""
         if not self.vectorizable():
             return f"{self.name} trains its clients with its own local procedure"
+        if self.training.optimizer != "sgd":
+            return f"optimizer {self.training.optimizer!r} (the vectorized step is SGD's)"
+        model = self.vector_model()
+        if next(model.buffers(), None) is not None:
+            return f"model {self.model_spec.name!r} has buffers (BatchNorm statistics)"
+        if any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules()):
+            return f"model {self.model_spec.name!r} has dropout"
+        return None
+
+    def vector_model(self) -> nn.Module:
+        """The network the vectorized executor calls functionally with each client's stacked
+        parameters (default: the client model); its parameter names are ``VectorJob.start``'s."""
+        return self.client_model()
+
+    def vector_keys(self, model: nn.Module) -> list[str] | None:
+        """The entries of ``model``'s state that a client's result is made of (None: all)."""
         return None
 
     def vector_job(self, task: ClientTask) -> VectorJob:

@@ -271,21 +271,17 @@ class FedAvg(Algorithm):
 
     # ------------------------------------------------------------ vectorized rounds
     def vector_unsupported(self) -> str | None:
-        """The vectorized step is SGD's on a network without train/eval differences, one
-        architecture for every client of the run."""
+        """The vectorized step is SGD's on a network without train/eval differences (the
+        base class's checks), one architecture for every client of the run."""
         reason = super().vector_unsupported()
         if reason is not None:
             return reason
-        if self.training.optimizer != "sgd":
-            return f"optimizer {self.training.optimizer!r} (the vectorized step is SGD's)"
-        model = self.client_model()
-        if next(model.buffers(), None) is not None:
-            return f"model {self.model_spec.name!r} has buffers (BatchNorm statistics)"
-        if any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules()):
-            return f"model {self.model_spec.name!r} has dropout"
         if self.capacity is not None and self.capacity_aware:
             return "its clients train models of several widths"
         return None
+
+    def vector_keys(self, model: nn.Module) -> list[str] | None:
+        return self.trainable_keys(model)
 
     def vector_job(self, task: ClientTask) -> VectorJob:
         return VectorJob(start=self.starting_weights(task), lr=self.training.lr_at(task.round))

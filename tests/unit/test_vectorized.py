@@ -60,6 +60,10 @@ def _weights(engine: Engine) -> dict[str, torch.Tensor]:
     for c, state in engine.client_states.items():
         if isinstance(state, dict):
             out |= {f"{c}/{k}": v for k, v in state.items()}
+    if model is None:  # no global model: the server's own tensors (HyperFL's hypernetwork)
+        for part, tensors in engine.algorithm.state_dict().items():
+            if isinstance(tensors, dict):
+                out |= {f"server/{part}/{k}": v for k, v in tensors.items()}
     return out
 
 
@@ -84,6 +88,15 @@ CASES = {
         "local_epochs": 1,
         "privacy": {"mechanism": "dpsgd", "noise_multiplier": 0.8, "clip": 1.0},
     },
+    # a small generator; a clipping norm that every step reaches (both groups clipped)
+    "hyperfl": {
+        "algorithm": "hyperfl",
+        "algorithm_params": {"embed_dim": 8, "hidden_dim": 16, "max_grad_norm": 0.05},
+    },
+    "hyperfl-no-head-step": {
+        "algorithm": "hyperfl",
+        "algorithm_params": {"embed_dim": 8, "hidden_dim": 16, "head_epochs": 0},
+    },
     "dp_fedavg_client": {
         "algorithm": "dp_fedavg_client",
         "privacy": {"mechanism": "client", "noise_multiplier": 0.05, "clip": 5.0},
@@ -93,7 +106,7 @@ CASES = {
 
 #: cases whose paths the others cover too (head-only training; DP-SGD with a proximal term):
 #: run with make slow, to keep the default run under 15 minutes
-SLOW_CASES = {"fedavg-head", "fedprox-dpsgd"}
+SLOW_CASES = {"fedavg-head", "fedprox-dpsgd", "hyperfl-no-head-step"}
 
 
 @pytest.mark.parametrize(
@@ -158,4 +171,39 @@ def test_subclasses_do_not_inherit_vectorized() -> None:
     from flcore.algorithms.base import ALGORITHMS
 
     vectorized = sorted(n for n in ALGORITHMS.names() if ALGORITHMS.get(n).vectorizable())
-    assert vectorized == ["ditto", "dp_fedavg", "dp_fedavg_client", "fedavg", "fedprox", "local"]
+    assert vectorized == [
+        "ditto",
+        "dp_fedavg",
+        "dp_fedavg_client",
+        "fedavg",
+        "fedprox",
+        "hyperfl",
+        "local",
+    ]
+
+
+def test_poisson_table_takes_the_step_by_step_batches() -> None:
+    """On CUDA the DP-SGD batches of every step are drawn at once: the same batches as one
+    draw a step from each client's generator, padded, with each step's width."""
+    from types import SimpleNamespace
+
+    from flcore.executor import client_generator
+    from flcore.vectorized import VectorizedExecutor
+
+    rows = [torch.arange(100, 130), torch.arange(7), torch.arange(500, 561)]
+    q, steps = [0.2, 0.5, 0.1], torch.tensor([4, 2, 5])
+    gens = [client_generator(1, 2, k) for k in range(3)]
+    this = SimpleNamespace(device=torch.device("cpu"))
+    idx, mask, widths = VectorizedExecutor._poisson_table(this, gens, rows, q, steps, 5)
+    again = [client_generator(1, 2, k) for k in range(3)]
+    for s in range(5):
+        picks = [
+            row[(torch.rand(len(row), generator=g) < qk).nonzero().flatten()]
+            if s < int(steps[k])
+            else torch.zeros(0, dtype=torch.long)
+            for k, (g, row, qk) in enumerate(zip(again, rows, q, strict=True))
+        ]
+        assert widths[s] == max(1, max(len(p) for p in picks))
+        for k, p in enumerate(picks):
+            assert torch.equal(idx[k, s][mask[k, s]], p), (s, k)
+            assert int(mask[k, s].sum()) == len(p)
