@@ -320,8 +320,9 @@ class Algorithm(ABC):
 
     def vector_model(self) -> nn.Module:
         """The network the vectorized executor calls functionally with each client's stacked
-        parameters (default: the client model); its parameter names are ``VectorJob.start``'s."""
-        return self.client_model()
+        parameters (default: the model spec's network); its parameter names are
+        ``VectorJob.start``'s, and those it does not train are held (``requires_grad`` off)."""
+        return seeded((self.seed, 0x1417), self.model_spec).to(self.device)
 
     def vector_keys(self, model: nn.Module) -> list[str] | None:
         """The entries of ``model``'s state that a client's result is made of (None: all)."""

@@ -280,6 +280,9 @@ class FedAvg(Algorithm):
             return "its clients train models of several widths"
         return None
 
+    def vector_model(self) -> nn.Module:
+        return self.client_model()
+
     def vector_keys(self, model: nn.Module) -> list[str] | None:
         return self.trainable_keys(model)
 

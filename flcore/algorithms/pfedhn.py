@@ -33,6 +33,10 @@ Deviations, stated:
 - Local training is the configured one (HyperFL's setup: 5 epochs, batch 50, SGD lr 0.01,
   momentum 0.5), the same for every method, rather than the paper's inner steps.
 
+``executor: vectorized`` trains a round's generated models at once (flcore.vectorized): each
+client's model stacked, clipped over the whole model at each step as the loop clips it; it
+equals the loop (float64 test).
+
 ``accuracy`` is each client's locally trained model on its own test set; ``accuracy_before``
 is the model the server generated for it (what pFedHN's own evaluation scores). There is no
 global model (each client's model is generated for it), so ``global_accuracy`` is null.
@@ -57,6 +61,7 @@ from flcore.algorithms.base import (
     ClientData,
     ClientResult,
     ClientTask,
+    VectorJob,
     seeded,
 )
 from flcore.models.hypernet import HyperNetwork
@@ -91,6 +96,7 @@ class PFedHN(Algorithm):
     Params = PFedHNParams
     #: generate the classifier too (pfedhn) or keep a personal one on each client (pfedhn_pc)
     personal_head = False
+    vectorized = True
 
     def _embed_dim(self) -> int:
         p = self.params
@@ -219,6 +225,31 @@ class PFedHN(Algorithm):
         return self.embeddings.detach().cpu().numpy().copy()
 
     # ------------------------------------------------------------------ client
+    # ------------------------------------------------------------------ vectorized rounds
+    def vector_job(self, task: ClientTask) -> VectorJob:
+        """The configured local training from the generated model (and the client's head),
+        its gradient clipped over the whole model as ``local_update`` clips it."""
+        start = dict(task.payload) | dict(task.state or {})
+        p = self.params
+        assert isinstance(p, PFedHNParams)
+        clip = () if p.max_grad_norm is None else ((tuple(start), p.max_grad_norm),)
+        return VectorJob(start=start, lr=self.training.lr_at(task.round), clip=clip)
+
+    def vector_result(
+        self,
+        task: ClientTask,
+        weights: dict[str, torch.Tensor],
+        num_samples: int,
+        metrics: dict[str, float],
+        kept: dict[str, torch.Tensor] | None = None,
+    ) -> ClientResult:
+        """The generated part's delta is uploaded; pfedhn_pc's client keeps its head."""
+        delta = {k: weights[k] - task.payload[k].cpu() for k in task.payload}
+        head = {k: v for k, v in weights.items() if k.startswith("head.")}
+        return ClientResult(
+            task.client_id, num_samples, delta, head if self.personal_head else None, metrics
+        )
+
     def local_update(
         self, data: ClientData, task: ClientTask, generator: torch.Generator
     ) -> ClientResult:

@@ -3,7 +3,8 @@ section 4.2; HyperFL's baseline in Table 3).
 
 The server's hypernetwork generates only the feature extractor; each client keeps its own
 classifier head, trains it with the generated extractor, and sends back only the extractor's
-delta. Everything else is :mod:`flcore.algorithms.pfedhn`, of which this is a subclass.
+delta. Everything else is :mod:`flcore.algorithms.pfedhn`, of which this is a subclass
+(its vectorized clients too).
 """
 
 from __future__ import annotations
@@ -20,3 +21,4 @@ class PFedHNPC(PFedHN):
 
     name = "pfedhn_pc"
     personal_head = True
+    vectorized = True  # the same local training, with the client's head in the start point

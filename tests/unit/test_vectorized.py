@@ -60,11 +60,19 @@ def _weights(engine: Engine) -> dict[str, torch.Tensor]:
     for c, state in engine.client_states.items():
         if isinstance(state, dict):
             out |= {f"{c}/{k}": v for k, v in state.items()}
-    if model is None:  # no global model: the server's own tensors (HyperFL's hypernetwork)
-        for part, tensors in engine.algorithm.state_dict().items():
-            if isinstance(tensors, dict):
-                out |= {f"server/{part}/{k}": v for k, v in tensors.items()}
+    if model is None:  # no global model: the server's own tensors (the hypernetworks)
+        out |= _tensors(engine.algorithm.state_dict(), "server")
     return out
+
+
+def _tensors(tree: Any, path: str) -> dict[str, torch.Tensor]:
+    """The floating-point tensors of a nested state, by path."""
+    if isinstance(tree, torch.Tensor):
+        return {path: tree} if tree.is_floating_point() else {}
+    if not isinstance(tree, dict | list | tuple):
+        return {}
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree)
+    return {k: v for key, sub in items for k, v in _tensors(sub, f"{path}/{key}").items()}
 
 
 CASES = {
@@ -97,6 +105,9 @@ CASES = {
         "algorithm": "hyperfl",
         "algorithm_params": {"embed_dim": 8, "hidden_dim": 16, "head_epochs": 0},
     },
+    # a clipping norm the local steps reach
+    "pfedhn": {"algorithm": "pfedhn", "algorithm_params": {"max_grad_norm": 0.5}},
+    "pfedhn_pc": {"algorithm": "pfedhn_pc", "algorithm_params": {"max_grad_norm": 0.5}},
     "dp_fedavg_client": {
         "algorithm": "dp_fedavg_client",
         "privacy": {"mechanism": "client", "noise_multiplier": 0.05, "clip": 5.0},
@@ -106,7 +117,7 @@ CASES = {
 
 #: cases whose paths the others cover too (head-only training; DP-SGD with a proximal term):
 #: run with make slow, to keep the default run under 15 minutes
-SLOW_CASES = {"fedavg-head", "fedprox-dpsgd", "hyperfl-no-head-step"}
+SLOW_CASES = {"fedavg-head", "fedprox-dpsgd", "hyperfl-no-head-step", "pfedhn_pc"}
 
 
 @pytest.mark.parametrize(
@@ -179,6 +190,8 @@ def test_subclasses_do_not_inherit_vectorized() -> None:
         "fedprox",
         "hyperfl",
         "local",
+        "pfedhn",
+        "pfedhn_pc",
     ]
 
 
