@@ -111,7 +111,7 @@ def part_rounds(args: argparse.Namespace) -> dict[str, Any]:
         (a, c, "vectorized") for a in ("hyperfl", "dp_fedavg") for c in args.clients if c != small
     ]
     cases += [("fedavg", c, "loop") for c in args.clients if c != small]
-    cases = [c for c in cases if c[0] in args.cases]
+    cases = [c for c in cases if c[0] in args.cases and c[2] in args.executors]
     del large
     out: dict[str, Any] = {}
     datas: dict[int, Any] = {}
@@ -226,6 +226,8 @@ def part_repeatable(args: argparse.Namespace) -> dict[str, Any]:
             ("hyperfl", "loop"),
             ("hyperfl", "vectorized"),
         ):
+            if alg not in args.cases or ex not in args.executors:
+                continue
             cfg = config(alg, 20, 3, args.device, ex)
             data = build_data(cfg)
             weights = []
@@ -286,6 +288,7 @@ def main() -> None:
     p.add_argument("--device", default="cuda")
     p.add_argument("--parts", nargs="+", default=["rounds", "repeatable", "cap", "packing"])
     p.add_argument("--cases", nargs="+", default=["fedavg", "hyperfl", "dp_fedavg"])
+    p.add_argument("--executors", nargs="+", default=["loop", "vectorized"])
     p.add_argument("--clients", nargs="+", type=int, default=[20, 100])
     p.add_argument("--rounds", type=int, default=3, help="timed rounds a case")
     p.add_argument("--warmup", type=int, default=1)

@@ -3,7 +3,7 @@
 # without Ray, MLflow or Optuna (flcore alone). Each stage has its own time limit and writes to
 # $OUT as it goes, so a stage that runs over still leaves the ones before it.
 #
-#   OUT=/tmp/gpu WHEELS=.whl FMNIST_GZ=.gpudata STAGES="1 2 3 4" bash benchmarks/gpu_session.sh
+#   OUT=/tmp/gpu WHEELS=.whl FMNIST_GZ=.gpudata STAGES="1 2 3 4 5" bash benchmarks/gpu_session.sh
 #
 # WHEELS: a folder of wheels to install first (pydantic, pydantic-core, annotated-types,
 #   typing-inspection, typing-extensions, opacus, dp-accounting, dm-tree where absent);
@@ -33,8 +33,20 @@ stage 2 && timeout "${T_PACK:-80}" python3 $B --parts cap packing --out "$OUT/pa
 # 3. the contract suite on CUDA
 stage 3 && timeout "${T_TESTS:-100}" python3 -m pytest -q -m gpu tests/contract/test_cuda.py -p no:cacheprovider \
   -n 8 > "$OUT/pytest-gpu.log" 2>&1
-# 4. repeatability on CUDA, and what deterministic algorithms cost
-stage 4 && timeout "${T_DET:-150}" python3 $B --parts repeatable rounds --cases fedavg dp_fedavg --clients 20 \
-  --rounds 2 --deterministic 0 1 --out "$OUT/deterministic.json" > "$OUT/deterministic.log" 2>&1
+# 4. what deterministic algorithms cost (stage 1 has the same cases without them), and
+#    repeatability of the vectorized HyperFL with and without them
+stage 4 && timeout "${T_DET:-150}" python3 $B --parts rounds repeatable --cases fedavg dp_fedavg hyperfl \
+  --clients 20 --rounds 2 --deterministic 1 0 --out "$OUT/deterministic.json" > "$OUT/deterministic.log" 2>&1
+# 5. a long run in the time left (T_LONG, default: up to 570 s after the start): HyperFL's Table 1
+#    at 100 clients, seed 2, vectorized; its per-round metrics come back, its checkpoints stay
+if stage 5; then
+  left=$(( ${T_END:-570} - SECONDS )); T_LONG=${T_LONG:-$left}
+  if [ "$T_LONG" -gt 30 ]; then
+    timeout "$T_LONG" python3 benchmarks/reproduce_table1.py --methods hyperfl --clients 100 --seeds 2 \
+      --workers 1 --set device=cuda --set executor=vectorized --label gpu --keep --out /tmp/t1 \
+      > "$OUT/table1.json" 2> "$OUT/table1.log"
+    cp /tmp/t1/*/metrics.jsonl "$OUT/table1-metrics.jsonl"; cp /tmp/t1/*/spent.json "$OUT/table1-spent.json"
+  fi
+fi
 tail -n 3 "$OUT"/*.log
 exit 0
