@@ -58,6 +58,17 @@ CLIENT_ACCURACIES = ("accuracy", "accuracy_before")
 VAL_ACCURACIES = ("val_accuracy", "val_accuracy_before")
 
 
+def _on_cpu(state: Any) -> Any:
+    """A client state with its tensors on the CPU (CPU tensors as they are, not copied)."""
+    if isinstance(state, torch.Tensor):
+        return state.to("cpu")
+    if isinstance(state, dict):
+        return {k: _on_cpu(v) for k, v in state.items()}
+    if isinstance(state, list | tuple):
+        return type(state)(_on_cpu(v) for v in state)
+    return state
+
+
 def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
@@ -238,7 +249,8 @@ class Engine:
             up = tensor_bytes(res.upload)
             bytes_up += up
             per_client.append((res.client_id, float(up), down[res.client_id], res.metrics))
-            self.client_states[res.client_id] = res.state
+            # kept on the CPU whatever the executor produced (checkpoints load anywhere)
+            self.client_states[res.client_id] = _on_cpu(res.state)
             alg.accumulate(res)
             losses.append(res.metrics.get("train_loss", math.nan))
             client_s.append(res.metrics.get("client_seconds", math.nan))

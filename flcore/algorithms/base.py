@@ -340,8 +340,10 @@ class Algorithm(ABC):
         metrics: dict[str, float],
         kept: TensorDict | None = None,
     ) -> ClientResult:
-        """The client's result from its trained weights (CPU tensors), as ``local_update``
-        would have returned it; ``kept`` is the second training's result (``VectorJob.then``)."""
+        """The client's result from its trained weights, as ``local_update`` would have
+        returned it; ``kept`` is the last chain's result (``VectorJob.then``). The tensors are
+        the client's own copies on the algorithm's device: the upload may stay there (the
+        server aggregates on the device), the engine moves the kept state to the CPU."""
         raise NotImplementedError(f"{self.name} is not vectorized")
 
     # ----------------------------------------------------------------- validation

@@ -244,7 +244,7 @@ class PFedHN(Algorithm):
         kept: dict[str, torch.Tensor] | None = None,
     ) -> ClientResult:
         """The generated part's delta is uploaded; pfedhn_pc's client keeps its head."""
-        delta = {k: weights[k] - task.payload[k].cpu() for k in task.payload}
+        delta = {k: weights[k] - task.payload[k].to(weights[k].device) for k in task.payload}
         head = {k: v for k, v in weights.items() if k.startswith("head.")}
         return ClientResult(
             task.client_id, num_samples, delta, head if self.personal_head else None, metrics

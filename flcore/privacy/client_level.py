@@ -103,7 +103,8 @@ class ClientLevelDP:
         """Clip one client's update and add it to the sum; returns its norm before clipping."""
         if self._base is None:
             raise RuntimeError("begin() was not called")
-        delta = {k: upload[k].double() - self._base[k].double() for k in self._base}
+        # an upload may arrive on the device (the vectorized executor's): the sum is on the CPU
+        delta = {k: upload[k].to("cpu", torch.float64) - self._base[k].double() for k in self._base}
         norm = float(torch.sqrt(sum(d.pow(2).sum() for d in delta.values())))
         scale = min(1.0, self.settings.clip / (norm + 1e-12))
         for k, d in delta.items():
