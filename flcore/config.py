@@ -658,8 +658,9 @@ def _check_attack(cfg: ExperimentConfig, a: AttackConfig, key: str = "attack") -
     if key == "attack" and not alg.attackable:
         raise ConfigError(
             key,
-            f"no gradient-inversion surface simulates {cfg.algorithm}'s upload yet (a MAML "
-            "meta-gradient through the inner loop): it cannot be attacked",
+            f"no gradient-inversion surface simulates {cfg.algorithm}'s upload yet: it cannot "
+            "be attacked (of the meta-learners, the random walk's lodmeta, lodmeta_basic and "
+            "lodmeta_sgd can)",
         )
     supported = ATTACKS.get(a.name).algorithms
     if supported is not None and cfg.algorithm not in supported:

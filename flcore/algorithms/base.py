@@ -318,6 +318,11 @@ class Algorithm(ABC):
             return f"model {self.model_spec.name!r} has dropout"
         return None
 
+    def replay_data(self, data: ClientData) -> ClientData:
+        """The client data a replayed update of the leakage evaluation trains on, given the
+        client's data with ``train`` cut to the attacked records (default: as given)."""
+        return data
+
     def vector_model(self) -> nn.Module:
         """The network the vectorized executor calls functionally with each client's stacked
         parameters (default: the model spec's network); its parameter names are

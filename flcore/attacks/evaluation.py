@@ -320,13 +320,15 @@ class LeakageEvaluator:
         for start in range(0, len(picks), s.batch):
             idx = torch.from_numpy(picks[start : start + s.batch])
             records = ArrayDataset(train.images[idx], train.labels[idx])
-            cdata = ClientData(
-                cid,
-                records,
-                data.client_test(cid),
-                data.info,
-                data.client_val(cid),
-                public=data.public_set(),
+            cdata = self._replayer.replay_data(
+                ClientData(
+                    cid,
+                    records,
+                    data.client_test(cid),
+                    data.info,
+                    data.client_val(cid),
+                    public=data.public_set(),
+                )
             )
             replay_task = replace(task, evaluate=False)
             stream = (s.seed ^ 0xA77, round, cid * 100_003 + start)

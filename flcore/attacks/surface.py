@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad
 
-__all__ = ["GradientSurface", "ModelSurface", "HyperSurface"]
+__all__ = ["GradientSurface", "ModelSurface", "HyperSurface", "MetaStepSurface"]
 
 TensorDict = dict[str, torch.Tensor]
 
@@ -281,3 +281,124 @@ class HyperSurface(GradientSurface):
         if distance is cosine_distance:
             return 1 - dot / (pred_sq.sqrt() * tgt_sq.sqrt() + 1e-12)
         return pred_sq - 2 * dot + tgt_sq
+
+
+class MetaStepSurface(GradientSurface):
+    """LoDMeta's walk (and its baselines): what client i sends is one step of the walking
+    meta-model ``w``, made from the MAML meta-gradient of its task (flcore.algorithms.meta).
+
+    The attacker is i's predecessor and successor on the walk, colluding (or one client j on a
+    walk j -> i -> j): it sees ``w`` before and after i's step, and (m, v) too where they
+    travel (``lodmeta_basic``). What the step gives away, by rule:
+
+    - ``sgd`` (``lodmeta_sgd``): ``w' = w - eta g``: the gradient, ``(w - w') / eta``.
+    - ``token`` (``lodmeta_basic``): the new m is in the token: ``g = (m' - theta m) /
+      (1 - theta)`` with the old m from the broadcast token.
+    - ``local`` (``lodmeta``): ``(w - w') / eta = m' / sqrt(v' + lambda)`` with ``m' = theta m +
+      (1 - theta) g`` and ``v' = beta v + (1 - beta) g^2`` built from the client's own (m, v).
+      Those are private: they are ``unknowns`` (``m.*``, ``v.*``), at their public initial
+      value 0, which is exact on the client's first visit, and optimised jointly with the images
+      after it (``v`` clamped at 0). The simulation is the released quantity itself, the
+      elementwise map of ``g`` above; at ``lambda`` 1e-8 and beta 0.99 it is close to ``10
+      sign(g)`` wherever ``|g| >> 1e-3``, so the step carries the gradient's signs and little of
+      its magnitudes.
+
+    ``g`` is the meta-gradient of the candidate records used as the task's support and query
+    sets alike (the leakage evaluation replays the client's step on the attacked records alone:
+    :meth:`flcore.algorithms.meta.base.MetaAlgorithm.replay_data`), clipped to ``clip`` where
+    the run clips; DP noise is not simulated (the attacker does not know it). The network runs
+    with batch statistics and no running ones (``torch.func.replace_all_batch_norm_modules_``),
+    as a client's training forward does.
+
+    Args:
+        model: the public network.
+        start: ``w`` as broadcast, keyed as uploaded (``w.<name>``).
+        rule: ``sgd``, ``token`` or ``local`` (above).
+        inner_steps, inner_lr, first_order: the MAML inner loop.
+        eta, theta, beta, lam: the walk's update.
+        clip: the L2 bound of the meta-gradient (None: not clipped).
+        token: the broadcast (m, v) for ``token``, keyed ``m.<name>``, ``v.<name>``.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        start: Mapping[str, torch.Tensor],
+        *,
+        rule: Literal["sgd", "token", "local"],
+        inner_steps: int,
+        inner_lr: float,
+        first_order: bool,
+        eta: float,
+        theta: float,
+        beta: float,
+        lam: float,
+        clip: float | None,
+        token: Mapping[str, torch.Tensor] | None = None,
+    ) -> None:
+        names = [k.removeprefix("w.") for k in start]
+        unknowns = None
+        if rule == "local":
+            zeros = {k: torch.zeros_like(v) for k, v in start.items()}
+            unknowns = {f"m.{k[2:]}": z for k, z in zeros.items()} | {
+                f"v.{k[2:]}": z.clone() for k, z in zeros.items()
+            }
+        super().__init__(start, unknowns)
+        self.model = model
+        self.names, self.rule = names, rule
+        self.inner_steps, self.inner_lr, self.first_order = inner_steps, inner_lr, first_order
+        self.eta, self.theta, self.beta, self.lam, self.clip = eta, theta, beta, lam, clip
+        self.token = {k: v.detach() for k, v in (token or {}).items()}
+        if rule == "token" and set(self.token) != {f"{p}.{n}" for p in "mv" for n in names}:
+            raise ValueError("rule 'token' needs the broadcast m.* and v.* tensors")
+
+    def meta_gradient(self, x: torch.Tensor, y: torch.Tensor) -> TensorDict:
+        """The MAML meta-gradient at ``w`` of the task whose support and query sets are both
+        ``(x, y)``, keyed by parameter name (unclipped)."""
+
+        def loss(params: TensorDict) -> torch.Tensor:
+            return _ce(functional_call(self.model, params, (x,)), y)
+
+        def query_loss(w: TensorDict) -> torch.Tensor:
+            u = w
+            for _ in range(self.inner_steps):
+                g = grad(loss)(u)
+                if self.first_order:
+                    g = {k: v.detach() for k, v in g.items()}
+                u = {k: u[k] - self.inner_lr * g[k] for k in u}
+            return loss(u)
+
+        w = {n: self.start[f"w.{n}"] for n in self.names}
+        return grad(query_loss)(w)
+
+    def gradient(self, unknowns: TensorDict, x: torch.Tensor, y: torch.Tensor) -> TensorDict:
+        """What the step releases of ``(x, y)``'s meta-gradient, as :meth:`pseudo_gradient`
+        reads it off an upload (class docstring)."""
+        g = self.meta_gradient(x, y)
+        if self.clip is not None:
+            norm = torch.sqrt(sum(v.pow(2).sum() for v in g.values()))
+            g = {k: v * torch.clamp(self.clip / (norm + 1e-12), max=1.0) for k, v in g.items()}
+        if self.rule != "local":
+            return {f"w.{k}": v for k, v in g.items()}
+        out = {}
+        for k, v in g.items():
+            m = self.theta * unknowns[f"m.{k}"] + (1 - self.theta) * v
+            second = self.beta * unknowns[f"v.{k}"].clamp(min=0) + (1 - self.beta) * v.pow(2)
+            out[f"w.{k}"] = m / torch.sqrt(second + self.lam)
+        return out
+
+    def pseudo_gradient(
+        self, upload: Mapping[str, torch.Tensor], training: object, steps: int
+    ) -> TensorDict:
+        """What the upload releases, in :meth:`gradient`'s terms (exact: one step of a known
+        rule; ``training`` and ``steps`` are not needed)."""
+        out = {}
+        for n in self.names:
+            s = self.start[f"w.{n}"]
+            if self.rule == "token":
+                m_new = upload[f"m.{n}"].to(s.device, s.dtype)
+                m_old = self.token[f"m.{n}"].to(s.device, s.dtype)
+                out[f"w.{n}"] = (m_new - self.theta * m_old) / (1 - self.theta)
+            else:
+                out[f"w.{n}"] = (s - upload[f"w.{n}"].to(s.device, s.dtype)) / self.eta
+        return out

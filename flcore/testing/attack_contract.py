@@ -59,9 +59,15 @@ def observations(
 ) -> tuple[Engine, ClientTask, list[Observation], LeakageEvaluator]:
     """Train ``train_rounds`` rounds, then replay ``client``'s next update on one record and
     return the engine, that round's task and what the server sees of the replayed upload."""
+    from flcore.algorithms import ALGORITHMS
+
     r = train_rounds + 1
-    cfg = cfg.model_copy(update={"rounds": max(cfg.rounds, r), "client_fraction": 1.0})
-    raw = cfg.model_dump(mode="json") | {
+    raw = cfg.model_dump(mode="json") | {"rounds": max(cfg.rounds, r)}
+    if ALGORITHMS.get(cfg.algorithm).topology == "walk":  # one client a step: no fraction
+        raw = {k: v for k, v in raw.items() if k not in ("client_fraction", "full_last_round")}
+    else:
+        raw["client_fraction"] = 1.0
+    raw = raw | {
         "attack": {"name": "ig", "rounds": [r], "clients": [client], "images": 1, "iterations": 1}
     }
     from flcore.config import validate_config

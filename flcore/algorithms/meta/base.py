@@ -13,6 +13,7 @@ client a round, so the clients' own rounds report no accuracy; this evaluates al
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -21,7 +22,7 @@ from pydantic import Field
 from torch import nn
 
 from flcore.algorithms.aggregate import WeightedMean
-from flcore.algorithms.base import Algorithm, AlgorithmParams, ClientResult, seeded
+from flcore.algorithms.base import Algorithm, AlgorithmParams, ClientData, ClientResult, seeded
 from flcore.algorithms.meta.maml import adapted_accuracy, tensors
 
 __all__ = ["MetaAlgorithm", "MetaParams", "Params", "ServerMeta"]
@@ -51,9 +52,8 @@ class MetaAlgorithm(Algorithm):
     #: per-client scalars averaged into each round's metrics (the engine's ``client_metrics``)
     client_metrics = ("meta_grad_norm",)
     client_evaluation = False  # evaluate_server adapts every client
-    #: Not yet: a surface would simulate the MAML meta-gradient (K inner steps on a support set,
-    #: a query loss) of candidate records, and, for LoDMeta, the client's private (m, v)
-    #: preconditioning of what it sends (issue 26 section 4).
+    #: The random walk's family has a surface (flcore.attacks.surface.MetaStepSurface); the
+    #: server-based ones (FedMAML, FedAlt) and the gossip L2C do not yet.
     attackable = False
 
     # ------------------------------------------------------------------ the network
@@ -83,6 +83,12 @@ class MetaAlgorithm(Algorithm):
         ``clients_per_round`` says how many)."""
         n = min(n, self.num_clients)
         return sorted(int(i) for i in rng.choice(self.num_clients, size=n, replace=False))
+
+    def replay_data(self, data: ClientData) -> ClientData:
+        """A replayed step of the leakage evaluation trains on the attacked records alone: they
+        are the task's support and its query set (its own query records would be records the
+        attacker also has to recover)."""
+        return replace(data, val=data.train)
 
     # ------------------------------------------------------------------ evaluation
     def client_start(self, client_id: int, state: Any) -> Params:

@@ -165,12 +165,52 @@ class RandomWalkMeta(MetaAlgorithm):
         if self.dp_guarantee() in ("none", "weak-delta"):
             metrics["epsilon"] = math.inf
         steps = sum(self.visits)
-        release_eps = math.sqrt(2.0 * math.log(1.25 / p.delta)) / p.noise_multiplier
+        release_eps = (
+            math.sqrt(2.0 * math.log(1.25 / p.delta)) / p.noise_multiplier
+            if p.noise_multiplier > 0
+            else math.inf  # no noise: Theorem 4.5 says nothing
+        )
         if steps and release_eps < 1 and p.delta < 0.5:
             metrics["epsilon_paper"] = network_dp_epsilon(
                 release_eps, p.delta, steps=steps, num_clients=self.num_clients, delta_hat=p.delta
             )
         return metrics
+
+    # ------------------------------------------------------------------ attacks
+    attackable = True
+
+    def attack_surface(self, broadcast: dict[str, torch.Tensor], client_id: int) -> Any:
+        """The step client ``client_id`` takes from the broadcast token, as its walk neighbours
+        see it (flcore.attacks.surface.MetaStepSurface): the meta-gradient of candidate records,
+        clipped as the run clips (not under ``paper_exact``, which does not), then the rule."""
+        from torch.func import replace_all_batch_norm_modules_
+
+        from flcore.algorithms.base import seeded
+        from flcore.attacks.surface import MetaStepSurface
+
+        p = self.params
+        assert isinstance(p, WalkParams)
+        model = seeded((self.seed, 0x3E7A), self.model_spec).to(self.device)
+        replace_all_batch_norm_modules_(model)
+        clip = None
+        if self.privacy is not None and not self._paper_exact():
+            clip = float(self.privacy.clip)
+        rule = {"local": "local", "token": "token", "sgd": "sgd"}[self.state_home]
+        on = {k: v.to(self.device) for k, v in broadcast.items()}
+        return MetaStepSurface(
+            model,
+            {k: v for k, v in on.items() if k.startswith("w.")},
+            rule=rule,  # type: ignore[arg-type]
+            inner_steps=p.inner_steps,
+            inner_lr=p.inner_lr,
+            first_order=p.first_order,
+            eta=float(self.training.lr),
+            theta=p.theta,
+            beta=p.beta,
+            lam=p.lam,
+            clip=clip,
+            token={k: v for k, v in on.items() if not k.startswith("w.")} or None,
+        )
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:

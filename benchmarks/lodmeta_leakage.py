@@ -1,0 +1,116 @@
+"""What a LoDMeta client's step leaks to its walk neighbours (issue 26 section 4): the paper
+claims that sending fewer auxiliary parameters leaks less (LoDMeta sends w; LoDMeta-basic sends
+w, m and v). flcore alone (no Ray, MLflow or Optuna).
+
+For each method, a walk of ``--steps`` steps on the FMNIST config (sweeps/configs/lodmeta/), and
+the leakage evaluation (flcore.attacks.evaluation: IG, the calibrated metrics) on the client the
+walk reaches at step 1 (its first visit: LoDMeta's private m and v are still 0, which the
+attacker knows) and at the last step (for LoDMeta, usually a later visit: m and v are unknowns
+the attack optimises). Each attacked upload is the client's step replayed on one of its records
+(support and query alike: ``MetaAlgorithm.replay_data``), attacked with labels given.
+
+    .venv/bin/python benchmarks/lodmeta_leakage.py --steps 300 --images 2 --iterations 1000
+
+Cases already in the output file are skipped (a resumable chunk); the JSON is rewritten after
+each case. Output: ``~/.cache/fedsweep-runs/lodmeta/leakage.json`` by default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _machine import machine  # noqa: E402
+from _runs import runs_dir  # noqa: E402
+
+from flcore.config import load_config  # noqa: E402
+from flcore.experiment import build_data, build_engine  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+KEEP = (
+    "leak_psnr",
+    "leak_psnr_baseline",
+    "leak_psnr_gain",
+    "leak_ssim",
+    "leak_ssim_baseline",
+    "leak_ssim_gain",
+    "leak_identified",
+    "leak_informative",
+    "leak_images",
+    "leak_seconds",
+)
+
+
+def run_case(method: str, at: str, args: argparse.Namespace) -> dict[str, Any]:
+    rounds = 1 if at == "first" else args.steps
+    attack = {
+        "name": "ig",
+        "rounds": [rounds],
+        "clients": list(range(args.clients)),  # whoever the walk reaches
+        "images": args.images,
+        "iterations": args.iterations,
+        "seed": args.seed,
+    }
+    over = [
+        f"rounds={rounds}",
+        f"num_clients={args.clients}",
+        f"eval_every={10**9}",
+        "workers=1",
+        f"seed={args.seed}",
+        "output_dir=/tmp/fedsweep-lodmeta-leakage",
+        f"attack={json.dumps(attack)}",
+        *args.set,
+    ]
+    cfg = load_config(REPO / f"sweeps/configs/lodmeta/fmnist_{method}.yaml", over)
+    engine = build_engine(cfg, data=build_data(cfg))
+    began = time.perf_counter()
+    engine.run()
+    alg = engine.algorithm
+    visited = alg.position
+    summary = engine.summary()
+    return {
+        "method": method,
+        "attacked_step": rounds,
+        "client": visited,
+        "client_visits_before": alg.visits[visited] - 1,
+        **{k: summary.get(k) for k in KEEP},
+        "seconds": round(time.perf_counter() - began, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--methods", nargs="+", default=["lodmeta", "lodmeta_basic", "lodmeta_sgd"])
+    ap.add_argument("--at", nargs="+", default=["first", "last"], choices=["first", "last"])
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--clients", type=int, default=100)
+    ap.add_argument("--images", type=int, default=2)
+    ap.add_argument("--iterations", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", action="append", default=[], help="key=value for every run")
+    ap.add_argument("--label", default="", help="names the --set variant in the output")
+    ap.add_argument("--out", type=Path, default=runs_dir("lodmeta") / "leakage.json")
+    args = ap.parse_args()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    done: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    done.setdefault("machine", machine())
+    cases = done.setdefault("cases", {})
+    for method in args.methods:
+        for at in args.at:
+            key = f"{method}{'-' + args.label if args.label else ''}-{at}"
+            if key in cases:
+                continue
+            print(f"[leakage] {key}", file=sys.stderr, flush=True)
+            cases[key] = run_case(method, at, args) | {"overrides": args.set}
+            print(f"[leakage] {key}: {cases[key]}", file=sys.stderr, flush=True)
+            args.out.write_text(json.dumps(done, indent=1))
+    print(json.dumps(done, indent=1))
+
+
+if __name__ == "__main__":
+    main()

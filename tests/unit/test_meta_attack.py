@@ -1,0 +1,138 @@
+"""LoDMeta's walk family can be attacked: the surface simulates exactly what a client's step
+releases (float64, real FMNIST few-shot tasks), for each rule, clipped or not, first order or
+second, and its unknowns are the client's private (m, v)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from flcore.algorithms.base import ClientTask
+from flcore.config import validate_config
+from flcore.data import normalize
+from flcore.experiment import build_data, build_engine
+from tests.unit.test_vectorized import float64  # noqa: F401  (the fixture)
+
+
+def _setup(data_root: Any, algorithm: str, **extra: Any):  # type: ignore[no-untyped-def]
+    raw = {
+        "algorithm": algorithm,
+        "dataset": "fmnist",
+        "data_root": str(data_root),
+        "model": "conv4",
+        "model_params": {"hidden": 8},
+        "fewshot": {"n_way": 5, "k_shot": 1, "query": 3, "test_query": 3, "unseen_clients": 1},
+        "algorithm_params": {"inner_steps": 2},
+        "graph": {"name": "regular", "degree": 2},
+        "num_clients": 4,
+        "rounds": 3,
+        "eval_every": 100,
+        "lr": 0.01,
+        "seed": 5,
+        "workers": 1,
+        "attack": {"name": "ig", "rounds": [3], "clients": [0], "images": 2, "iterations": 1},
+        **extra,
+    }
+    cfg = validate_config(raw)
+    engine = build_engine(cfg, data=build_data(cfg))
+    evaluator = engine.probes[0]
+    engine.probes = []
+    rounds = engine.iter_rounds()
+    for _ in range(2):
+        next(rounds)
+    rounds.close()
+    return engine, evaluator
+
+
+def _observe(engine, evaluator, state: Any = "engine"):  # type: ignore[no-untyped-def]
+    alg = engine.algorithm
+    alg.begin_round(3, [0])
+    state = engine.client_states.get(0) if state == "engine" else state
+    task = ClientTask(0, 3, alg.broadcast(3, 0), state, False, engine.seed)
+    obs, records = evaluator.observe(engine, 3, task)
+    return task, obs, records
+
+
+def _close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys() and a
+    for k in a:
+        scale = float(b[k].abs().max()) + 1e-30
+        assert torch.allclose(a[k], b[k], rtol=0, atol=1e-9 * max(1.0, scale)), (
+            k,
+            float((a[k] - b[k]).abs().max()),
+        )
+
+
+CASES = {
+    "lodmeta": {},
+    "lodmeta_basic": {},
+    "lodmeta_sgd": {},
+    "lodmeta-first-order": {"algorithm_params": {"inner_steps": 2, "first_order": True}},
+    # clipped at a bound the meta-gradient exceeds; noise 0 (the attacker never simulates it)
+    "lodmeta_sgd-clipped": {
+        "privacy": {"mechanism": "perturbation", "noise_multiplier": 0.0, "clip": 1e-3}
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_surface_simulates_the_released_step(data_root, float64: None, case: str) -> None:  # noqa: F811
+    algorithm = case.split("-")[0]
+    engine, evaluator = _setup(data_root, algorithm, **CASES[case])
+    # the client's first visit: its own (m, v) at their public initial value, 0
+    _, obs, records = _observe(engine, evaluator, state=None)
+    x = normalize(records[0].images, engine.data.info)
+    y = records[0].labels
+    assert len(obs) == 2 and obs[0].num_records == 1
+    s = obs[0].surface
+    simulated = s.gradient(s.unknowns, x[:1], y[:1])
+    _close(simulated, obs[0].target())
+    if "clipped" in case:
+        raw = s.meta_gradient(x[:1], y[:1])
+        norm = torch.sqrt(sum(v.pow(2).sum() for v in raw.values()))
+        assert norm > 1e-3  # the clip was active
+        released = torch.sqrt(sum(v.pow(2).sum() for v in simulated.values()))
+        assert float(released) == pytest.approx(1e-3, rel=1e-9)
+
+
+def test_lodmeta_hides_its_moments_after_the_first_visit(data_root, float64: None) -> None:  # noqa: F811
+    """After a visit the client's (m, v) are private: the surface at their public value 0
+    no longer matches the step, the surface given the true (m, v) does."""
+    engine, evaluator = _setup(data_root, "lodmeta")
+    state = {
+        "m": {k: torch.full_like(v, 0.01) for k, v in engine.algorithm.w.items()},
+        "v": {k: torch.full_like(v, 2e-4) for k, v in engine.algorithm.w.items()},
+    }
+    _, obs, records = _observe(engine, evaluator, state=state)
+    x = normalize(records[0].images, engine.data.info)[:1]
+    y = records[0].labels[:1]
+    s = obs[0].surface
+    target = obs[0].target()
+    at_zero = s.gradient(s.unknowns, x, y)
+    assert max(float((at_zero[k] - target[k]).abs().max()) for k in target) > 1e-3
+    true = {f"m.{k}": v for k, v in state["m"].items()} | {
+        f"v.{k}": v for k, v in state["v"].items()
+    }
+    _close(s.gradient(true, x, y), target)
+    # the unknowns start at 0, never at the client's values
+    assert all(float(v.abs().max()) == 0 for v in s.unknowns.values())
+
+
+def test_basic_and_sgd_release_the_gradient_itself(data_root, float64: None) -> None:  # noqa: F811
+    """What each rule gives away, on one record: LoDMeta-SGD's and LoDMeta-basic's releases are
+    the meta-gradient; LoDMeta's first visit is an elementwise map of it with the same signs."""
+    outs = {}
+    for algorithm in ("lodmeta", "lodmeta_basic", "lodmeta_sgd"):
+        engine, evaluator = _setup(data_root, algorithm)
+        _, obs, records = _observe(engine, evaluator, state=None)
+        x = normalize(records[0].images, engine.data.info)[:1]
+        outs[algorithm] = (obs[0].target(), obs[0].surface.meta_gradient(x, records[0].labels[:1]))
+    for algorithm in ("lodmeta_basic", "lodmeta_sgd"):
+        target, g = outs[algorithm]
+        _close(target, {f"w.{k}": v for k, v in g.items()})
+    target, g = outs["lodmeta"]
+    for k, v in g.items():
+        big = v.abs() > 1e-6
+        assert torch.equal(torch.sign(target[f"w.{k}"][big]), torch.sign(v[big]))
