@@ -43,6 +43,10 @@ Privacy (``privacy: {mechanism: perturbation, ...}``; flcore.privacy.perturbatio
   network-DP epsilon' at delta + delta_hat, delta_hat = delta, for the per-release epsilon the
   noise corresponds to (the classic formula, defined for epsilon < 1 and delta < 1/2), against
   another client as observer. It is reported, never used as the guarantee.
+- Attacks (``attack:``): the client's walk neighbours see w before and after its step, and
+  (m, v) where they travel; :meth:`RandomWalkMeta.attack_surface` simulates that step for
+  candidate records (flcore.attacks.surface.MetaStepSurface: the meta-gradient, clipped as the
+  run clips, then each variant's rule, LoDMeta's private (m, v) as unknowns).
 - A delta at or above 1 / (records a client trains on) permits releasing a record outright:
   such runs are ``weak-delta``, at epsilon = inf (the accountant's figure stays in
   ``epsilon_accountant``).
