@@ -90,8 +90,27 @@ class SamplerSpec(_Strict):
 
 
 class CheckpointSpec(_Strict):
+    """When a trial checkpoints. ``every: auto`` (the default) saves after a step that ends at
+    least ``min_seconds`` after the trial's last save (or its start), and at its end: a killed
+    trial loses at most about ``min_seconds`` of work, and a trial writes at most one state
+    per ``min_seconds`` to the shared storage (HyperFL's is 60 MB a seed; on a GPU its rounds
+    take half a second, so saving every step would write about 100 MB/s a trial). An integer
+    saves every that many steps."""
+
     keep: int = Field(2, ge=1, description="checkpoints kept per trial")
-    every: int = Field(1, ge=1, description="steps between checkpoints")
+    every: int | Literal["auto"] = Field(
+        "auto", description="auto (by time, min_seconds) or steps between checkpoints"
+    )
+    min_seconds: float = Field(
+        60.0, gt=0, description="every: auto: seconds of training between checkpoints, at least"
+    )
+
+    @field_validator("every")
+    @classmethod
+    def _positive(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be auto or an integer >= 1")
+        return v
 
 
 class TrackingSpec(_Strict):

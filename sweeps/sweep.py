@@ -287,6 +287,9 @@ def run_sweep(
             fills=missing_fills(spec),
             device=device,
             gpu=spec.resources.gpu,
+            checkpoint_seconds=(
+                spec.checkpoint.min_seconds if spec.checkpoint.every == "auto" else None
+            ),
         ),
         {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
     )
@@ -364,7 +367,10 @@ def run_sweep(
                     verbose=verbose,
                     checkpoint_config=tune.CheckpointConfig(
                         num_to_keep=spec.checkpoint.keep,
-                        checkpoint_frequency=spec.checkpoint.every,
+                        # auto: the trainable asks for each save (should_checkpoint)
+                        checkpoint_frequency=(
+                            0 if spec.checkpoint.every == "auto" else spec.checkpoint.every
+                        ),
                         checkpoint_at_end=True,
                     ),
                     failure_config=tune.FailureConfig(max_failures=spec.max_failures),

@@ -106,8 +106,12 @@ class FLTrainable(tune.Trainable):
         fills: dict[str, dict[str, float]],
         device: str = "cpu",
         gpu: float = 0.0,
+        checkpoint_seconds: float | None = None,
     ) -> None:
         torch.set_num_threads(trial_threads())
+        # checkpoint.every auto: ask Tune for a save once this much training time has passed
+        self.checkpoint_seconds = checkpoint_seconds
+        self._saved_at = time.monotonic()
         self.base = ExperimentConfig.model_validate(base)
         self.seeds = list(seeds)
         self.rounds_per_step = rounds_per_step
@@ -177,6 +181,12 @@ class FLTrainable(tune.Trainable):
         done = all(e.finished for e in self.engines)
         report["diverged"] = diverged  # the searcher tells it FAIL (reason "diverged")
         report["done"] = done or diverged
+        if (
+            self.checkpoint_seconds is not None
+            and not report["done"]  # the end is saved anyway (checkpoint_at_end)
+            and time.monotonic() - self._saved_at >= self.checkpoint_seconds
+        ):
+            report["should_checkpoint"] = True
         self._reports.append(
             {
                 k: float(v)
@@ -256,6 +266,7 @@ class FLTrainable(tune.Trainable):
         return out
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
+        self._saved_at = time.monotonic()
         torch.save(
             {
                 "engines": [e.state_dict() for e in self.engines],
@@ -271,3 +282,4 @@ class FLTrainable(tune.Trainable):
             engine.load_state_dict(s)
         self._latest = state["latest"]
         self._reports = list(state.get("reports", []))
+        self._saved_at = time.monotonic()

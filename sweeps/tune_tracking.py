@@ -168,6 +168,10 @@ class MLflowDriverCallback(Callback):
         self._state: SweepState | None = None
         self._tagged: set[str] = set()
         self._settled: set[str] = set()
+        # per trial: the highest step this driver logged, and the step up to which a trial
+        # restored from an older checkpoint re-reports what is already logged (not logged again)
+        self._logged: dict[str, int] = {}
+        self._floor: dict[str, int] = {}
         # True only in the driver that started the sweep: no earlier driver can have made a
         # run for one of its trials, so a trial's run is looked up in the store only after a
         # resume (saves two searches and a flush on Tune's loop per trial)
@@ -183,6 +187,8 @@ class MLflowDriverCallback(Callback):
             "_state": None,
             "_tagged": set(),
             "_settled": set(),
+            "_logged": {},
+            "_floor": {},
             "fresh": False,
         }
 
@@ -374,6 +380,13 @@ class MLflowDriverCallback(Callback):
             return
         run_id = self._run_id(trial)
         step = int(result.get("round", iteration))
+        tid = trial.trial_id
+        if tid not in self._logged and not getattr(self, "fresh", False):
+            # a resumed driver's first result of this trial: what an earlier driver logged
+            self._floor[tid] = self._stored_step(run_id)
+        if step <= self._floor.get(tid, -1):
+            return  # re-run after a restore from an older checkpoint: already logged
+        self._logged[tid] = max(step, self._logged.get(tid, -1))
         now = int(time.time() * 1000)
         # the last round's own leakage first (an earlier timestamp at the same step), then the
         # whole-run figures that replace it in the report: MLflow's latest value is the latter
@@ -421,9 +434,20 @@ class MLflowDriverCallback(Callback):
             path.write_text(text)
             self.client.log_artifact(run_id, str(path))
 
+    def _stored_step(self, run_id: str) -> int:
+        """The highest step of the run's metrics in the store (-1: none)."""
+        self.flush()
+        keys = sorted(self.client.get_run(run_id).data.metrics)
+        if not keys:
+            return -1
+        key = "train_loss" if "train_loss" in keys else keys[0]
+        return max((m.step for m in self.client.get_metric_history(run_id, key)), default=-1)
+
     @driver_time("mlflow")
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        """A failed attempt that Ray will retry from the trial's last checkpoint."""
+        """A failed attempt that Ray will retry from the trial's last checkpoint: the steps
+        it re-runs up to what this driver logged are not logged twice."""
+        self._floor[trial.trial_id] = self._logged.get(trial.trial_id, -1)
         run_id = self._run_id(trial)
         self.flush()
         retries = int(self.client.get_run(run_id).data.tags.get("retries", "0")) + 1

@@ -36,6 +36,11 @@ def test_two_trial_sweep_parent_children_parquet_and_study(data_root: Path, tmp_
         assert t["status"] == "FINISHED" and 0 <= t["accuracy"] <= 1
         assert isinstance(t["config"], dict) and t["config"]["algorithm"] == t["algorithm"]
     assert 1 <= len(doc["pareto"]) <= 2
+    # checkpoint.every auto (min_seconds 60): these seconds-long trials saved at their end only
+    trial_dirs = [d for d in (tmp_path / "sweeps_out" / "t").iterdir() if d.is_dir()]
+    assert len(trial_dirs) == 2
+    for d in trial_dirs:
+        assert sorted(p.name for p in d.glob("checkpoint_*")) == ["checkpoint_000000"], d
 
     c = client(tmp_path)
     parent = c.get_run(doc["parent_run_id"])

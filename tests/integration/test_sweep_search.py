@@ -251,3 +251,29 @@ def test_runs_end_as_their_optuna_trial_was_told_and_carry_privacy_tags(tmp_path
     assert tags["fedsweep.optuna_trial"] == str(told.number)
     assert told.user_attrs[ATTR_MLFLOW_RUN] == run.info.run_id
     assert run.data.metrics["accuracy"] == 0.4
+
+
+def test_steps_a_restored_trial_re_reports_are_logged_once(tmp_path: Path) -> None:
+    """A trial restored from an older checkpoint re-runs steps already logged: a retried
+    attempt in the same driver, and a resumed driver (a fresh copy, its store read once a
+    trial), log each step once."""
+    callback, client, exp_id = _callback(tmp_path, link=None)
+    trial = Trial("FLTrainable", config={"algorithm": "fedavg"}, trial_id="t1", stub=True)
+    callback.on_trial_start(0, [], trial)
+
+    def report(cb: MLflowDriverCallback, step: int) -> None:
+        cb.on_trial_result(0, [], trial, {"round": step, "train_loss": 1.0 / step})
+
+    for step in (1, 2, 3):
+        report(callback, step)
+    callback.on_trial_recover(0, [], trial)  # the retry restarts from its step-1 checkpoint
+    for step in (2, 3, 4):
+        report(callback, step)
+    callback.flush()
+    again = pickle.loads(pickle.dumps(callback))  # the resumed driver, from step 3's save
+    for step in (4, 5):
+        report(again, step)
+    again.flush()
+    [run] = _children(client, exp_id)
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")]
+    assert sorted(steps) == [1, 2, 3, 4, 5]
