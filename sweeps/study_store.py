@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from flcore.errors import ConfigError
+from sweeps.fast_sqlite import fast_commits
 from sweeps.spec_record import read_record
 
 if TYPE_CHECKING:
@@ -145,12 +146,10 @@ def open_storage(location: StudyLocation) -> Any:
 
         return optuna.storages.JournalStorage(JournalFileBackend(str(file)))
     if file is not None:  # a driver waits for sqlite's lock rather than failing at once
-        storage = optuna.storages.RDBStorage(
+        fast_commits(file)  # the driver's asks and tells on Tune's loop (sweeps.fast_sqlite)
+        return optuna.storages.RDBStorage(
             location.target, engine_kwargs={"connect_args": {"timeout": 60}}
         )
-        if local_filesystem(file):
-            _fast_commits(storage.engine)
-        return storage
     if location.target.startswith("postgresql"):
         # a commit returns before the server's WAL flush: a server crash may lose the last
         # transactions, never corrupt (the driver's asks and tells on Tune's loop: BENCHMARKS)
@@ -159,50 +158,6 @@ def open_storage(location: StudyLocation) -> Any:
             engine_kwargs={"connect_args": {"options": "-c synchronous_commit=off"}},
         )
     return optuna.storages.RDBStorage(location.target)
-
-
-#: filesystems whose files are shared between hosts: no sqlite WAL there (it needs one host's
-#: shared memory)
-NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "9p")
-
-
-def local_filesystem(path: Path, mounts: list[str] | None = None) -> bool:
-    """Whether ``path`` is on a local filesystem, by the mount that holds it (``mounts``: the
-    lines of Linux's ``/proc/mounts``, read when not given); False when it cannot tell, or for
-    a network or FUSE filesystem."""
-    if mounts is None:
-        try:
-            mounts = Path("/proc/mounts").read_text().splitlines()
-        except OSError:
-            return False
-    target = str(Path(path).resolve())
-    best, kind = "", ""
-    for line in mounts:
-        parts = line.split()
-        if len(parts) < 3:
-            continue
-        point = parts[1].replace("\\040", " ")
-        inside = target == point or target.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best):
-            best, kind = point, parts[2]
-    return bool(kind) and kind not in NETWORK_FS and not kind.startswith("fuse")
-
-
-def _fast_commits(engine: Any) -> None:
-    """sqlite in WAL mode with ``synchronous=NORMAL`` for this engine's connections: a commit
-    appends to the write-ahead log without waiting for the disk (about 3.5x faster asks and
-    tells, BENCHMARKS.md); a killed driver loses nothing, a power cut may lose the last
-    transactions, neither corrupts the file. Local filesystems only (``local_filesystem``)."""
-    from sqlalchemy import event
-
-    @event.listens_for(engine, "connect")
-    def _pragmas(connection: Any, _record: Any) -> None:
-        cursor = connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.close()
-
-    engine.dispose()  # the connections Optuna opened before the listener: reopened with it
 
 
 def stored_studies(

@@ -229,10 +229,11 @@ def run_sweep(
     from search_spaces import define_by_run
     from sweeps.console import SweepConsole, SweepProgress, showing
     from sweeps.export import export_sweep
+    from sweeps.fast_sqlite import fast_commits
     from sweeps.provenance import provenance_tags
     from sweeps.search import FedSweepSearch, OutcomeRule, StudyLink, resolve_inf_values
     from sweeps.spec import missing_fills
-    from sweeps.tracking import experiment_id, mlflow_client
+    from sweeps.tracking import experiment_id, mlflow_client, sqlite_path
     from sweeps.trainable import FLTrainable
     from sweeps.tune_tracking import MLflowDriverCallback, SweepState
 
@@ -259,6 +260,9 @@ def run_sweep(
     if not resume:
         write_record(paths.spec_record, tree, default_choice(spec, address))
 
+    db = sqlite_path(uri)
+    if db is not None:  # the driver's commits on Tune's loop skip the disk wait (fast_sqlite)
+        fast_commits(db)
     client = mlflow_client(uri)
     exp_name = experiment_name(spec)
     exp_id = experiment_id(client, exp_name)

@@ -133,7 +133,7 @@ def test_the_dry_run_names_the_store_and_creates_nothing(tmp_path: Path) -> None
 
 
 def test_local_filesystem_reads_the_mount_that_holds_the_file() -> None:
-    from sweeps.study_store import local_filesystem
+    from sweeps.fast_sqlite import local_filesystem
 
     mounts = [
         "/dev/vda / ext4 rw 0 0",
@@ -170,3 +170,25 @@ def test_a_local_sqlite_study_store_commits_to_a_write_ahead_log(tmp_path: Path)
     assert mode[0] == "wal"
     reopened = optuna.load_study(study_name="s", storage=open_storage(location))
     assert [t.value for t in reopened.trials] == [0.5]
+
+
+def test_the_drivers_mlflow_store_commits_to_a_write_ahead_log(tmp_path: Path) -> None:
+    """The same for the driver's MLflow sqlite store: registered before the client opens it,
+    every connection of this process to that file (and only to it) runs at NORMAL."""
+    import sqlite3
+
+    from sqlalchemy import create_engine
+
+    from analysis.store import mlflow_client
+    from sweeps.fast_sqlite import fast_commits
+
+    db = tmp_path / "mlflow.db"
+    assert fast_commits(db)
+    client = mlflow_client(f"sqlite:///{db}")
+    client.create_experiment("e")
+    assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    ours, other = create_engine(f"sqlite:///{db}"), create_engine(f"sqlite:///{tmp_path / 'o.db'}")
+    with ours.connect() as a, other.connect() as b:
+        assert a.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+        assert b.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL, sqlite's default
+    assert client.get_experiment_by_name("e") is not None  # the store works
