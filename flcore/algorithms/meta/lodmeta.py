@@ -47,6 +47,10 @@ Privacy (``privacy: {mechanism: perturbation, ...}``; flcore.privacy.perturbatio
   (m, v) where they travel; :meth:`RandomWalkMeta.attack_surface` simulates that step for
   candidate records (flcore.attacks.surface.MetaStepSurface: the meta-gradient, clipped as the
   run clips, then each variant's rule, LoDMeta's private (m, v) as unknowns).
+  What the neighbours read off a step (BENCHMARKS.md, benchmarks/lodmeta_release.py): on a
+  client's first visit its (m, v) are 0, so ``w - w'`` is an invertible map of g (cosine 0.99
+  or more on FMNIST), and with theta 0 every step carries the signs of g; "only w is sent"
+  does not hide the gradient from the two clients around the step.
 - A delta at or above 1 / (records a client trains on) permits releasing a record outright:
   such runs are ``weak-delta``, at epsilon = inf (the accountant's figure stays in
   ``epsilon_accountant``).
