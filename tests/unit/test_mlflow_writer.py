@@ -122,11 +122,14 @@ def test_flush_waits_for_writes_enqueued_from_other_threads(store) -> None:  # t
 
 _SIGINT_SCRIPT = """
 import sys, time
+from pathlib import Path
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
+from sweeps.fast_sqlite import fast_commits
 from sweeps.mlflow_writer import BackgroundWriter
 
 uri, runs = sys.argv[1], sys.argv[2:]
+fast_commits(Path(uri[len("sqlite:///"):]))  # as the driver's store (run_sweep)
 
 
 class Slow:  # a real client, 5 ms slower per batch: the queue is still full at the SIGINT
@@ -174,7 +177,8 @@ def test_sigint_flushes_every_queued_write(tmp_path: Path) -> None:
     assert proc.stdout is not None
     line = proc.stdout.readline()
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    # 120 commits after the SIGINT: seconds alone, far more under a loaded CI's disk
+    _, err = proc.communicate(timeout=300)
     assert line.startswith("queued"), err[-2000:]
     assert int(line.split()[1]) > 60  # most writes were still queued at the SIGINT
     assert "KeyboardInterrupt" in err  # it was interrupted, not finished
