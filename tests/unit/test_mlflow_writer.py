@@ -121,13 +121,16 @@ def test_flush_waits_for_writes_enqueued_from_other_threads(store) -> None:  # t
 
 
 _SIGINT_SCRIPT = """
-import sys, time
+import signal, sys, time
 from pathlib import Path
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from sweeps.fast_sqlite import fast_commits
 from sweeps.mlflow_writer import BackgroundWriter
 
+# Ctrl-C raises KeyboardInterrupt even where the parent ignores SIGINT (a job started in the
+# background with &, whose children inherit the ignored disposition)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 uri, runs = sys.argv[1], sys.argv[2:]
 fast_commits(Path(uri[len("sqlite:///"):]))  # as the driver's store (run_sweep)
 
