@@ -203,12 +203,11 @@ class RandomWalkMeta(MetaAlgorithm):
         clip = None
         if self.privacy is not None and not self._paper_exact():
             clip = float(self.privacy.clip)
-        rule = {"local": "local", "token": "token", "sgd": "sgd"}[self.state_home]
         on = {k: v.to(self.device) for k, v in broadcast.items()}
         return MetaStepSurface(
             model,
             {k: v for k, v in on.items() if k.startswith("w.")},
-            rule=rule,  # type: ignore[arg-type]
+            rule=self.state_home,  # type: ignore[arg-type]  # the surface's rules are its names
             inner_steps=p.inner_steps,
             inner_lr=p.inner_lr,
             first_order=p.first_order,
