@@ -61,6 +61,30 @@ def _trials(tmp: Path) -> list[optuna.trial.FrozenTrial]:
     return optuna.load_study(study_name="s", storage=f"sqlite:///{tmp / 's.optuna.db'}").trials
 
 
+
+def test_link_follows_writes_made_through_another_handle(tmp_path: Path) -> None:
+    """The link reads the study through Optuna's cache of finished trials: what another
+    handle (another driver, the dashboard) writes is still seen: new trials, a running
+    trial's attrs, a trial that finishes."""
+    url = f"sqlite:///{tmp_path / 's.optuna.db'}"
+    link = StudyLink(_Storage(url), "s", "parent-1")
+    other = optuna.create_study(study_name="s", storage=url, directions=["maximize"])
+    done = other.ask()
+    done.set_user_attr("fedsweep.sweep_run", "parent-1")
+    done.set_user_attr("fedsweep.tune_trial_id", "a")
+    other.tell(done, 0.5)
+    assert link.find("a").state == optuna.trial.TrialState.COMPLETE
+    running = other.ask()
+    assert [t.state.name for t in link.trials()] == ["COMPLETE", "RUNNING"]
+    assert link.find("b") is None
+    running.set_user_attr("fedsweep.sweep_run", "parent-1")
+    running.set_user_attr("fedsweep.tune_trial_id", "b")
+    assert link.find("b").number == running.number  # attrs of a running trial: re-read
+    other.tell(running, 0.7)
+    found = link.find("b")
+    assert found.state == optuna.trial.TrialState.COMPLETE and found.values == [0.7]
+    assert link.get(running._trial_id).values == [0.7]
+
 @pytest.mark.parametrize(
     ("result", "error", "state", "reason", "values"),
     [
