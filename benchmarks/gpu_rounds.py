@@ -9,7 +9,8 @@ client, 5 local epochs, batch 50, SGD momentum 0.5), at 20 and 100 clients. A ca
 selection and the first allocation, and the evaluated last round are left out).
 
 Parts (``--parts``):
-- ``rounds``: FedAvg, HyperFL and DP-FedAvg (its Table 1 config: target epsilon 4, clip 0.04),
+- ``rounds``: FedAvg, HyperFL, DP-FedAvg (its Table 1 config: target epsilon 4, clip 0.04) and
+  Pa3dFL (``--cases pa3dfl``: its Table 1 Hetero config, every client every round),
   loop and vectorized, at 20 clients; the three vectorized and FedAvg's loop at 100; each
   with or without ``torch.use_deterministic_algorithms`` (``--deterministic``).
 - ``packing``: 1, 4 and 8 processes at once on the device, each a short FedAvg run (20 clients,
@@ -52,7 +53,11 @@ ALGORITHM_CONFIG = {
     "fedavg": "fedavg_fmnist.yaml",
     "hyperfl": "hyperfl_fmnist.yaml",
     "dp_fedavg": "dp_fedavg_fmnist.yaml",
+    # Pa3dFL's Table 1 FMNIST Hetero config (widths U[0.01, 1] in steps of 1/16: one stacked
+    # group per width), every client in every round as in the other cases
+    "pa3dfl": "pa3dfl/fmnist_hetero_pa3dfl.yaml",
 }
+EXTRA = {"pa3dfl": {"client_fraction": 1.0, "early_stopping": None}}
 
 
 def config(algorithm: str, clients: int, rounds: int, device: str, executor: str, **extra: Any):  # type: ignore[no-untyped-def]
@@ -105,10 +110,13 @@ def part_rounds(args: argparse.Namespace) -> dict[str, Any]:
     small, large = min(args.clients), max(args.clients)
     cases = [("fedavg", small, "loop"), ("fedavg", small, "vectorized")]
     cases += [("fedavg", c, "vectorized") for c in args.clients if c != small]
-    for alg in ("dp_fedavg", "hyperfl"):
+    for alg in ("dp_fedavg", "hyperfl", "pa3dfl"):
         cases += [(alg, small, ex) for ex in ("vectorized", "loop")]
     cases += [
-        (a, c, "vectorized") for a in ("hyperfl", "dp_fedavg") for c in args.clients if c != small
+        (a, c, "vectorized")
+        for a in ("hyperfl", "dp_fedavg", "pa3dfl")
+        for c in args.clients
+        if c != small
     ]
     cases += [("fedavg", c, "loop") for c in args.clients if c != small]
     cases = [c for c in cases if c[0] in args.cases and c[2] in args.executors]
@@ -118,13 +126,15 @@ def part_rounds(args: argparse.Namespace) -> dict[str, Any]:
     for deterministic in args.deterministic:
         torch.use_deterministic_algorithms(bool(deterministic), warn_only=True)
         for alg, clients, ex in cases:
-            cfg = config(alg, clients, args.warmup + args.rounds + 1, args.device, ex)
-            if clients not in datas:
-                datas[clients] = build_data(cfg)
+            rounds = args.warmup + args.rounds + 1
+            cfg = config(alg, clients, rounds, args.device, ex, **EXTRA.get(alg, {}))
+            data_key = (clients, alg == "pa3dfl")  # Pa3dFL's config splits clients' records
+            if data_key not in datas:
+                datas[data_key] = build_data(cfg)
             key = f"{alg}-{clients}-{ex}" + ("-deterministic" if deterministic else "")
             print(f"[rounds] {key}", flush=True)
             try:
-                out[key] = time_rounds(cfg, args.warmup, datas[clients])
+                out[key] = time_rounds(cfg, args.warmup, datas[data_key])
             except Exception as exc:  # a failed case is a result too; the others still run
                 out[key] = {"error": f"{type(exc).__name__}: {exc}"}
             print(f"[rounds] {key}: {out[key].get('round_seconds_median', out[key])}", flush=True)
@@ -136,9 +146,10 @@ def part_rounds(args: argparse.Namespace) -> dict[str, Any]:
         return out.get(k, {}).get("round_seconds_median")
 
     for clients in args.clients:
-        a, b = med(f"fedavg-{clients}-loop"), med(f"fedavg-{clients}-vectorized")
-        if a and b:
-            ratios[f"fedavg_{clients}_loop_over_vectorized"] = a / b
+        for alg in ("fedavg", "pa3dfl"):
+            a, b = med(f"{alg}-{clients}-loop"), med(f"{alg}-{clients}-vectorized")
+            if a and b:
+                ratios[f"{alg}_{clients}_loop_over_vectorized"] = a / b
     for base in ("loop", "vectorized"):
         fed = med(f"fedavg-{small}-{base}")
         for alg in ("hyperfl", "dp_fedavg"):

@@ -3,7 +3,7 @@
 # without Ray, MLflow or Optuna (flcore alone). Each stage has its own time limit and writes to
 # $OUT as it goes, so a stage that runs over still leaves the ones before it.
 #
-#   OUT=/tmp/gpu WHEELS=.whl FMNIST_GZ=.gpudata STAGES="1 2 3 4 5" bash benchmarks/gpu_session.sh
+#   OUT=/tmp/gpu WHEELS=.whl FMNIST_GZ=.gpudata STAGES="1 2 3 4 5 6" bash benchmarks/gpu_session.sh
 #
 # WHEELS: a folder of wheels to install first (pydantic, pydantic-core, annotated-types,
 #   typing-inspection, typing-extensions, opacus, dp-accounting, dm-tree where absent);
@@ -48,5 +48,9 @@ if stage 5; then
     cp /tmp/t1/*/metrics.jsonl "$OUT/table1-metrics.jsonl"; cp /tmp/t1/*/spent.json "$OUT/table1-spent.json"
   fi
 fi
+# 6. Pa3dFL (its Table 1 Hetero config, every client every round): loop against vectorized
+#    (one stacked group per width), 20 and 100 clients
+stage 6 && timeout "${T_PA3DFL:-240}" python3 $B --parts rounds --cases pa3dfl --clients 20 100 --rounds 2 \
+  --deterministic 0 --out "$OUT/pa3dfl.json" > "$OUT/pa3dfl.log" 2>&1
 tail -n 3 "$OUT"/*.log
 exit 0

@@ -7,7 +7,7 @@ client runs as one ``torch.func.vmap`` over ``functional_call``; the SGD state (
 buffers) is stacked the same way. What it runs is :class:`~flcore.algorithms.base.VectorJob`,
 the local work of the algorithms that declare ``vectorized`` (FedAvg, FedProx, Local-only,
 Ditto, DP-FedAvg with record-level or client-level DP, HyperFL, pFedHN and pFedHN-PC, whose
-generated models share one architecture): E epochs of SGD with momentum
+generated models share one architecture, and Pa3dFL by width): E epochs of SGD with momentum
 and weight decay on the cross-entropy of the algorithm's ``vector_model``, from a start point,
 on all its parameters or a named part, with a proximal gradient (FedProx's, Ditto's personal
 objective), per-group gradient clipping and DP-SGD as options, and further trainings on the same
@@ -15,6 +15,15 @@ client generator where the algorithm has them (Ditto: the global model, then the
 which is judged; HyperFL: the head on the generated extractor, then the hypernetwork and the
 embedding from where the first left off). Other algorithms keep the loop (``executor: auto``) or
 are refused (``executor: vectorized``) with the reason, before any round.
+
+Clients that train different architectures form groups (``Algorithm.vector_group``: Pa3dFL's
+width); each group has its own network and is stacked apart, group after group in the order of
+its first client. An algorithm whose objective is not the cross-entropy of logits
+(``Algorithm.vector_objective``: Pa3dFL's two heads and Eq. 32) gives a network whose forward
+pass is the masked batch loss; it evaluates its clients itself in ``vector_result``, on the data
+the executor hands it on evaluation rounds (the evaluation's time counts in the client's
+seconds). Parameters may step at a multiple of the learning rate (``VectorJob.lr_scale``, the
+loop's parameter groups): the fused step runs once per rate.
 
 The same arithmetic as the loop, step for step:
 - Batches are each client's own: its generator (``client_generator``) draws the epoch orders
@@ -64,7 +73,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -72,7 +81,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, grad_and_value, vmap
 
-from flcore.algorithms.base import Algorithm, ClientResult, ClientTask
+from flcore.algorithms.base import Algorithm, ClientData, ClientResult, ClientTask
 from flcore.data import FederatedData, normalize
 from flcore.errors import ConfigError
 from flcore.privacy.dpsgd import DPSGD
@@ -138,23 +147,46 @@ class VectorizedExecutor:
             if source is train
             else _Records(source.images, source.labels, info, self.device)
         )
-        self._model = self._alg.vector_model().to(self.device)
-        named = list(self._model.named_parameters())
-        self._names = [k for k, p in named if p.requires_grad]
-        self._frozen = {k: p.detach() for k, p in named if not p.requires_grad}
-        keys = self._alg.vector_keys(self._model)
-        self._keys = list(self._model.state_dict()) if keys is None else list(keys)
         p, t = self._alg.privacy, self._alg.training
         self._dp = (
             DPSGD(p.noise_multiplier, p.clip, t.batch_size)
             if p is not None and p.mechanism == "dpsgd"
             else None
         )
+        if self._dp is not None and self._alg.vector_objective:
+            raise ConfigError(
+                "executor",
+                f"'vectorized' cannot run {self._alg.name} with DP-SGD: its objective is not "
+                "a per-record cross-entropy",
+            )
+        self._nets: dict[Hashable, _Net] = {}
+        self._use(None)
         self._logged_chunk: int | None = None
+
+    def _use(self, group: Hashable) -> None:
+        """Make ``group``'s network (:meth:`Algorithm.vector_group`) the one the chunks run."""
+        if group not in self._nets:
+            self._nets[group] = _Net(self._alg.vector_model(group).to(self.device), self._alg)
+        net = self._nets[group]
+        self._model, self._names, self._frozen, self._keys = (
+            net.model,
+            net.names,
+            net.frozen,
+            net.keys,
+        )
 
     # ------------------------------------------------------------------ executor protocol
     def map(self, tasks: Iterable[ClientTask]) -> Iterator[ClientResult]:
-        tasks = list(tasks)
+        """Each group's clients (one architecture) in chunks, group after group in the order
+        of their first client; within a group, in the tasks' order."""
+        groups: dict[Hashable, list[ClientTask]] = {}
+        for task in tasks:
+            groups.setdefault(self._alg.vector_group(task), []).append(task)
+        for group, members in groups.items():
+            self._use(group)
+            yield from self._map_group(members)
+
+    def _map_group(self, tasks: list[ClientTask]) -> Iterator[ClientResult]:
         chunk = self.chunk or max(1, len(tasks))
         i = 0
         while i < len(tasks):
@@ -180,8 +212,8 @@ class VectorizedExecutor:
         pass
 
     # ------------------------------------------------------------------ one chunk
-    def _functional(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self._model, (params, self._frozen), (x,))
+    def _functional(self, params: dict[str, torch.Tensor], *args: torch.Tensor) -> torch.Tensor:
+        return functional_call(self._model, (params, self._frozen), args)
 
     def _stack(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         """``[K, ...]`` on the device; one tensor that every client received (a broadcast) is
@@ -201,7 +233,8 @@ class VectorizedExecutor:
                 raise ValueError(f"{alg.name}: clients of one round planned different phases")
             phases.append(nxt)  # type: ignore[arg-type]
         for jobs in phases:
-            if len({(j.follows, j.epochs, j.trains, j.clip, j.private) for j in jobs}) > 1:
+            plans = {(j.follows, j.epochs, j.trains, j.clip, j.private, j.lr_scale) for j in jobs}
+            if len(plans) > 1:
                 raise ValueError(f"{alg.name}: clients of one round planned different trainings")
         if phases[0][0].follows:
             raise ValueError(f"{alg.name}: the first training cannot follow another")
@@ -219,6 +252,10 @@ class VectorizedExecutor:
             g.set_state(_client_state(task))
         metrics: list[dict[str, float]] = [{} for _ in tasks]
         judged = [k for k, t in enumerate(tasks) if t.evaluate]
+        # an algorithm with its own objective evaluates its clients in vector_result
+        self_judged = set(judged) if alg.vector_objective else set()
+        if self_judged:
+            judged = []
         results_at: list[dict[str, torch.Tensor]] = []
         params: dict[str, torch.Tensor] = {}
         for depth, jobs in enumerate(phases):
@@ -255,9 +292,18 @@ class VectorizedExecutor:
             )
             metrics[k]["client_seconds"] = seconds
             kept_or_none = kept if len(results_at) > 1 else None
-            results.append(
-                alg.vector_result(task, weights, len(train_rows[k]), metrics[k], kept_or_none)
+            if k not in self_judged:
+                results.append(
+                    alg.vector_result(task, weights, len(train_rows[k]), metrics[k], kept_or_none)
+                )
+                continue
+            began = time.perf_counter()  # the client's evaluation counts in its seconds
+            data = _client_data(fed, task.client_id)
+            result = alg.vector_result(
+                task, weights, len(train_rows[k]), metrics[k], kept_or_none, data=data
             )
+            result.metrics["client_seconds"] = seconds + time.perf_counter() - began
+            results.append(result)
         return results
 
     # ------------------------------------------------------------------ training
@@ -292,6 +338,10 @@ class VectorizedExecutor:
             for a in active_host.all(0).tolist()
         ]
         buf = {k: torch.zeros_like(params[k]) for k in names}
+        scale = dict(job.lr_scale)
+        unscaled = sorted(set(scale) - set(names))
+        if unscaled:
+            raise ValueError(f"{self._alg.name}: lr_scale names untrained parameters {unscaled}")
         dtype = lr.dtype
         loss_sum = torch.zeros(len(tasks), dtype=dtype, device=self.device)
         self._model.train()
@@ -304,6 +354,8 @@ class VectorizedExecutor:
             y: torch.Tensor,
             m: torch.Tensor,
         ) -> torch.Tensor:
+            if self._alg.vector_objective:
+                return self._functional(p | fixed, x, y, m)
             ce = F.cross_entropy(self._functional(p | fixed, x), y, reduction="none")
             return (ce * m).sum() / m.sum().clamp(min=1)
 
@@ -317,7 +369,7 @@ class VectorizedExecutor:
                 loss_sum += torch.where(active[:, s], loss, 0.0)
                 for group, max_norm in job.clip:
                     _clip_(grads, group, max_norm)
-                self._sgd(params, buf, grads, anchor, lr, mu, active[:, s], **how[s])
+                self._sgd(params, buf, grads, anchor, lr, mu, active[:, s], scale, **how[s])
         else:
             dp = self._dp
             noise_gen = None
@@ -365,7 +417,7 @@ class VectorizedExecutor:
                 with torch.no_grad():
                     loss = forward_loss(trained, held, x, y, mask.to(dtype))
                 loss_sum += torch.where(active[:, s], loss, 0.0)
-                self._sgd(params, buf, grads, anchor, lr, mu, active[:, s], **how[s])
+                self._sgd(params, buf, grads, anchor, lr, mu, active[:, s], scale, **how[s])
         return (loss_sum.cpu() / steps.clamp(min=1).to(dtype)).tolist()
 
     def _epoch_batches(
@@ -458,6 +510,7 @@ class VectorizedExecutor:
         lr: torch.Tensor,
         mu: torch.Tensor,
         active: torch.Tensor,
+        scale: dict[str, float],
         *,
         uniform_lr: float | None,
         all_active: bool,
@@ -467,23 +520,30 @@ class VectorizedExecutor:
         parameters and momentum. With one learning rate, every client active and no proximal
         term (known on the host, no device sync), the step is torch's fused SGD kernel over the
         stacked tensors (an elementwise step: stacking changes nothing), the kernel the loop's
-        optimizer runs; otherwise a masked step with per-client rates."""
+        optimizer runs (once per ``scale`` factor, as the loop's parameter groups); otherwise a
+        masked step with per-client rates."""
         t = self._alg.training
         keys = list(grads)
         with torch.no_grad():
             if uniform_lr is not None and all_active and anchor is None:
-                torch._fused_sgd_(
-                    [params[k] for k in keys],
-                    [grads[k] for k in keys],
-                    [buf[k] for k in keys] if t.momentum else [],
-                    weight_decay=t.weight_decay,
-                    momentum=t.momentum,
-                    lr=uniform_lr,
-                    dampening=0.0,
-                    nesterov=False,
-                    maximize=False,
-                    is_first_step=False,
-                )
+                by_lr: dict[float, list[str]] = {}
+                for k in keys:
+                    by_lr.setdefault(uniform_lr * scale.get(k, 1.0), []).append(k)
+                for step_lr, group in by_lr.items():
+                    torch._fused_sgd_(
+                        [params[k] for k in group],
+                        # the kernel walks memory: a gradient laid out otherwise than its
+                        # parameter (vmap's gradient of a permuted view: Pa3dFL's V) is copied
+                        [_like(grads[k], params[k]) for k in group],
+                        [buf[k] for k in group] if t.momentum else [],
+                        weight_decay=t.weight_decay,
+                        momentum=t.momentum,
+                        lr=step_lr,
+                        dampening=0.0,
+                        nesterov=False,
+                        maximize=False,
+                        is_first_step=False,
+                    )
                 return
             on = active.to(lr.dtype)
             for k in keys:
@@ -496,7 +556,8 @@ class VectorizedExecutor:
                 if t.momentum:  # ... its momentum kept (x 1), ...
                     buf[k].mul_(_per_client(on * t.momentum + (1 - on), p)).add_(g)
                     g = buf[k]
-                p.addcmul_(_per_client(lr * on, p), g, value=-1.0)  # ... and no step
+                rate = lr * on if k not in scale else lr * scale[k] * on
+                p.addcmul_(_per_client(rate, p), g, value=-1.0)  # ... and no step
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -560,6 +621,36 @@ class VectorizedExecutor:
         key = "val_accuracy_before" if before else "val_accuracy"
         for a, j in zip(val_acc, has, strict=True):
             metrics[judged[j]][key] = a
+
+
+class _Net:
+    """One group's network: the module called functionally, the names of its trainable
+    parameters, its held ones, and the state keys a result is made of."""
+
+    def __init__(self, model: torch.nn.Module, alg: Algorithm) -> None:
+        self.model = model
+        named = list(model.named_parameters())
+        self.names = [k for k, p in named if p.requires_grad]
+        self.frozen = {k: p.detach() for k, p in named if not p.requires_grad}
+        keys = alg.vector_keys(model)
+        self.keys = list(model.state_dict()) if keys is None else list(keys)
+
+
+def _client_data(fed: FederatedData, cid: int) -> ClientData:
+    """The client's data as the loop gives it to ``local_update``."""
+    return ClientData(
+        cid,
+        fed.client_train(cid),
+        fed.client_test(cid),
+        fed.info,
+        fed.client_val(cid),
+        public=fed.public_set(),
+    )
+
+
+def _like(g: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """``g`` in ``p``'s memory layout (itself when it already is)."""
+    return g if g.stride() == p.stride() else torch.empty_like(p).copy_(g)
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -140,6 +140,8 @@ class VectorJob:
             scales them (HyperFL clips its hypernetwork and its embedding apart).
         follows: start from the previous training's result instead of ``start`` (which is
             then unused): the two form one chain, as HyperFL's two steps on one model.
+        lr_scale: ``((name, factor), ...)``: these parameters step at ``lr * factor`` (the
+            loop's optimizer parameter groups; Pa3dFL's U and V at their layer's step scale).
 
     Trainings linked by ``follows`` form a chain. The first chain's result is the upload, the
     last chain's the model the client keeps; ``accuracy_before`` is taken at the start of the
@@ -157,6 +159,7 @@ class VectorJob:
     trains: tuple[str, ...] | None = None
     clip: tuple[tuple[tuple[str, ...], float], ...] = ()
     follows: bool = False
+    lr_scale: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass
@@ -323,10 +326,21 @@ class Algorithm(ABC):
         client's data with ``train`` cut to the attacked records (default: as given)."""
         return data
 
-    def vector_model(self) -> nn.Module:
+    #: True: :meth:`vector_model`'s ``forward(x, y, mask)`` is the training objective of a
+    #: batch (its mean over the rows where ``mask`` is 1), not the logits; the executor then
+    #: leaves the clients' evaluation to :meth:`vector_result`, which receives their data
+    vector_objective: bool = False
+
+    def vector_group(self, task: ClientTask) -> Hashable:
+        """The group of clients that train one architecture (default: all of them); the
+        executor stacks each group apart (Pa3dFL: one group per width)."""
+        return None
+
+    def vector_model(self, group: Hashable = None) -> nn.Module:
         """The network the vectorized executor calls functionally with each client's stacked
-        parameters (default: the model spec's network); its parameter names are
-        ``VectorJob.start``'s, and those it does not train are held (``requires_grad`` off)."""
+        parameters (default: the model spec's network), for the clients of ``group`` (see
+        :meth:`vector_group`); its parameter names are ``VectorJob.start``'s, and those it does
+        not train are held (``requires_grad`` off)."""
         return seeded((self.seed, 0x1417), self.model_spec).to(self.device)
 
     def vector_keys(self, model: nn.Module) -> list[str] | None:
@@ -344,11 +358,14 @@ class Algorithm(ABC):
         num_samples: int,
         metrics: dict[str, float],
         kept: TensorDict | None = None,
+        data: ClientData | None = None,
     ) -> ClientResult:
         """The client's result from its trained weights, as ``local_update`` would have
         returned it; ``kept`` is the last chain's result (``VectorJob.then``). The tensors are
         the client's own copies on the algorithm's device: the upload may stay there (the
-        server aggregates on the device), the engine moves the kept state to the CPU."""
+        server aggregates on the device), the engine moves the kept state to the CPU. ``data``:
+        the client's data, given on evaluation rounds to an algorithm with
+        :attr:`vector_objective` (which evaluates its clients itself)."""
         raise NotImplementedError(f"{self.name} is not vectorized")
 
     # ----------------------------------------------------------------- validation

@@ -242,6 +242,7 @@ class PFedHN(Algorithm):
         num_samples: int,
         metrics: dict[str, float],
         kept: dict[str, torch.Tensor] | None = None,
+        data: ClientData | None = None,
     ) -> ClientResult:
         """The generated part's delta is uploaded; pfedhn_pc's client keeps its head."""
         delta = {k: weights[k] - task.payload[k].to(weights[k].device) for k in task.payload}

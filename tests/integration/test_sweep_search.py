@@ -61,7 +61,6 @@ def _trials(tmp: Path) -> list[optuna.trial.FrozenTrial]:
     return optuna.load_study(study_name="s", storage=f"sqlite:///{tmp / 's.optuna.db'}").trials
 
 
-
 def test_link_follows_writes_made_through_another_handle(tmp_path: Path) -> None:
     """The link reads the study through Optuna's cache of finished trials: what another
     handle (another driver, the dashboard) writes is still seen: new trials, a running
@@ -84,6 +83,7 @@ def test_link_follows_writes_made_through_another_handle(tmp_path: Path) -> None
     found = link.find("b")
     assert found.state == optuna.trial.TrialState.COMPLETE and found.values == [0.7]
     assert link.get(running._trial_id).values == [0.7]
+
 
 @pytest.mark.parametrize(
     ("result", "error", "state", "reason", "values"),

@@ -108,6 +108,35 @@ CASES = {
     # a clipping norm the local steps reach
     "pfedhn": {"algorithm": "pfedhn", "algorithm_params": {"max_grad_norm": 0.5}},
     "pfedhn_pc": {"algorithm": "pfedhn_pc", "algorithm_params": {"max_grad_norm": 0.5}},
+    # width groups (two clients at width 1), validation records for Algorithm 1's selection,
+    # the normalized head step, Eq. 32's term, and a clipping norm the local steps reach
+    "pa3dfl": {
+        "algorithm": "pa3dfl",
+        "model": "pa3dfl_cnn_fmnist",
+        "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.0625, 1.0]},
+        "samples_per_client": 100,
+        "client_split": {"train": 0.6, "val": 0.2, "test": 0.2},
+        "algorithm_params": {
+            "embed_dim": 4,
+            "hidden_dim": 8,
+            "encoder_depth": 2,
+            "n_alpha": 3,
+            "max_grad_norm": 2.0,
+        },
+    },
+    # personal parts kept by the clients; the plain head step
+    "pa3dfl-private": {
+        "algorithm": "pa3dfl",
+        "model": "pa3dfl_cnn_fmnist",
+        "capacity": {"name": "fixed", "ratios": [0.5, 1.0, 0.5, 0.25]},
+        "algorithm_params": {
+            "embed_dim": 4,
+            "hidden_dim": 8,
+            "encoder_depth": 2,
+            "hn_aggregation": False,
+            "head_step": "plain",
+        },
+    },
     "dp_fedavg_client": {
         "algorithm": "dp_fedavg_client",
         "privacy": {"mechanism": "client", "noise_multiplier": 0.05, "clip": 5.0},
@@ -117,7 +146,13 @@ CASES = {
 
 #: cases whose paths the others cover too (head-only training; DP-SGD with a proximal term):
 #: run with make slow, to keep the default run under 15 minutes
-SLOW_CASES = {"fedavg-head", "fedprox-dpsgd", "hyperfl-no-head-step", "pfedhn_pc"}
+SLOW_CASES = {
+    "fedavg-head",
+    "fedprox-dpsgd",
+    "hyperfl-no-head-step",
+    "pfedhn_pc",
+    "pa3dfl-private",
+}
 
 
 @pytest.mark.parametrize(
@@ -190,6 +225,7 @@ def test_subclasses_do_not_inherit_vectorized() -> None:
         "fedprox",
         "hyperfl",
         "local",
+        "pa3dfl",
         "pfedhn",
         "pfedhn_pc",
     ]

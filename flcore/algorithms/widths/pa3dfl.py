@@ -108,13 +108,18 @@ Choices where the paper is silent, and deviations:
   step (``head_step: plain``, Algorithm 3 as printed): its CE goes 2.30, 2.22, 2.12, 2.45, 4.78
   by epoch, against 2.30, 2.22, 1.99, 1.83, 1.60 with the normalized step. The attack surface
   simulates the normalized step at the first round's lr.
+- The vectorized executor (``executor: vectorized``, issue 28) trains each width's clients as one
+  stacked group on the same objective (masked means over padded batches), U and V at their
+  layer's ``step_scale`` and the rest at lr, clipped as the loop clips; equal to the loop within
+  1e-9 in float64 (``tests/unit/test_vectorized.py``). Evaluation rounds' model selection
+  (Algorithm 1) and test metrics run client by client, the loop's code, after the training.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -131,6 +136,7 @@ from flcore.algorithms.base import (
     ClientData,
     ClientResult,
     ClientTask,
+    VectorJob,
     seeded,
 )
 from flcore.algorithms.widths.decomposed import (
@@ -417,20 +423,59 @@ class _TwoHeadLoss(nn.Module):
 
 
 def two_head_loss(
-    net: DecomposedNet, x: torch.Tensor, y: torch.Tensor, *, head_lr: float | None = None
+    net: DecomposedNet,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    head_lr: float | None = None,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``CE(global_head(x'), y) + CE(local_head(detach(x')), y)``. With ``head_lr`` (the local
     head's SGD step size) the gradient reaching the local head is scaled by ``min(1, 1 / (head_lr
     (1 + mean ||x'||^2)))`` over the batch, the loss value unchanged: the head's effective step is
-    then ``min(head_lr, 1 / (1 + mean ||x'||^2))`` (the normalized step of the module docstring)."""
+    then ``min(head_lr, 1 / (1 + mean ||x'||^2))`` (the normalized step of the module docstring).
+    ``mask`` (the vectorized executor's padded batches): the means are over the rows where it
+    is 1 (None: every row, the loop's arithmetic)."""
     f = net.features(x)
     fd = f.detach()
     local = net.local_head(fd)
+    if mask is None:
+
+        def mean(v: torch.Tensor) -> torch.Tensor:
+            return v.mean()
+
+    else:
+        weight = mask / mask.sum().clamp(min=1)
+
+        def mean(v: torch.Tensor) -> torch.Tensor:
+            return (v * weight).sum()
+
     if head_lr is not None:
-        energy = 1.0 + fd.pow(2).sum(1).mean()
+        energy = 1.0 + mean(fd.pow(2).sum(1))
         scale = torch.clamp(1.0 / (head_lr * energy), max=1.0)
         local = scale * local + (1.0 - scale) * local.detach()
-    return F.cross_entropy(net.head(f), y) + F.cross_entropy(local, y)
+    if mask is None:
+        return F.cross_entropy(net.head(f), y) + F.cross_entropy(local, y)
+    ce = F.cross_entropy(net.head(f), y, reduction="none")
+    return mean(ce) + mean(F.cross_entropy(local, y, reduction="none"))
+
+
+class _VectorObjective(nn.Module):
+    """A width's client objective for the vectorized executor (``Algorithm.vector_objective``):
+    ``forward(x, y, mask)`` is Algorithm 3's loss of a padded batch, the two heads' and Eq. 32's;
+    ``head_lr`` is set to the round's before each training (``Pa3dFL.vector_job``)."""
+
+    def __init__(self, net: DecomposedNet, reg_lambda: float) -> None:
+        super().__init__()
+        self.net = net
+        self.reg_lambda = reg_lambda
+        self.head_lr: float | None = None
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        loss = two_head_loss(self.net, x, y, head_lr=self.head_lr, mask=mask)
+        if self.reg_lambda > 0:
+            loss = loss + self.reg_lambda * orthogonality_penalty(self.net)
+        return loss
 
 
 @functools.cache
@@ -468,6 +513,8 @@ class Pa3dFL(Algorithm):
     reports = Algorithm.reports - {"global_accuracy"}
     Params = Pa3dFLParams
     capacity_aware = True
+    vectorized = True  # by width group, with its own objective (vector_objective)
+    vector_objective = True
 
     # ------------------------------------------------------------------ structure
     @property
@@ -714,6 +761,80 @@ class Pa3dFL(Algorithm):
         upload = {k: trained[k] for k in net.general_keys()}
         personal = {k: trained[k] for k in net.personal_keys()}
         return ClientResult(task.client_id, len(data.train), upload, personal, metrics)
+
+    # ------------------------------------------------------------------ vectorized rounds
+    def vector_group(self, task: ClientTask) -> Hashable:
+        """One group per width: the clients of a width train one architecture."""
+        return self.client_width(task.client_id)
+
+    def vector_model(self, group: Hashable = None) -> nn.Module:
+        """The width's decomposed network inside its objective (``group``: the width; None:
+        full width). The executor's copy of the algorithm keeps it, to set the round's
+        ``head_lr`` in :meth:`vector_job`."""
+        width = 1.0 if group is None else float(group)  # type: ignore[arg-type]
+        model = _VectorObjective(self.build_net(width), self.params.reg_lambda)  # type: ignore[attr-defined]
+        self._cache().setdefault("objectives", {})[width] = model
+        return model
+
+    def vector_keys(self, model: nn.Module) -> list[str] | None:
+        assert isinstance(model, _VectorObjective)
+        return [f"net.{k}" for k in (*model.net.general_keys(), *model.net.personal_keys())]
+
+    def vector_job(self, task: ClientTask) -> VectorJob:
+        """Algorithm 3's epochs: U and V of each layer at ``lr x step_scale``, biases and the
+        local head at lr (the loop's parameter groups), clipped over all of them where
+        ``max_grad_norm`` is set."""
+        width = self.client_width(task.client_id)
+        objective = self._cache()["objectives"][width]
+        objective.head_lr = self._head_lr(task.round)
+        start = dict(task.payload) | dict(task.state or {})
+        keys = [*objective.net.general_keys(), *objective.net.personal_keys()]
+        missing = [k for k in keys if k not in start]
+        if missing:
+            raise KeyError(f"pa3dfl: the client has no {missing}")
+        scale = tuple(
+            (f"net.{q.key}.{part}", step_scale(q)) for q in objective.net.plans for part in "UV"
+        )
+        clip: tuple[tuple[tuple[str, ...], float], ...] = ()
+        max_norm = self.params.max_grad_norm  # type: ignore[attr-defined]
+        if max_norm is not None:
+            trained = tuple(k for k, p in objective.named_parameters() if p.requires_grad)
+            clip = ((trained, max_norm),)
+        return VectorJob(
+            start={f"net.{k}": start[k] for k in keys},
+            lr=self.training.lr_at(task.round),
+            lr_scale=scale,
+            clip=clip,
+        )
+
+    def vector_result(
+        self,
+        task: ClientTask,
+        weights: TensorDict,
+        num_samples: int,
+        metrics: dict[str, float],
+        kept: TensorDict | None = None,
+        data: ClientData | None = None,
+    ) -> ClientResult:
+        """What ``local_update`` returns; on an evaluation round the loop's evaluation (the
+        received model, then Algorithm 1's selection) on the client's data."""
+        trained = {k.removeprefix("net."): v for k, v in weights.items()}
+        width = self.client_width(task.client_id)
+        net = self._net(width)
+        if task.evaluate:
+            assert data is not None, "the executor gives an evaluation round's client data"
+            start = dict(task.payload) | dict(task.state or {})
+            net.load_state_dict({k: start[k].to(self.device) for k in trained}, strict=False)
+            with torch.no_grad():
+                m0 = {k: v.detach().clone() for k, v in net.recovered_state("global").items()}
+            metrics |= self.client_eval(task, self._evaluate_state(width, m0), data, before=True)
+            net.load_state_dict(trained, strict=False)
+            metrics |= self._select_and_evaluate(task, net, data, width, m0)
+        if self.params.hn_aggregation:  # type: ignore[attr-defined]
+            return ClientResult(task.client_id, num_samples, trained, None, metrics)
+        upload = {k: trained[k] for k in net.general_keys()}
+        personal = {k: trained[k] for k in net.personal_keys()}
+        return ClientResult(task.client_id, num_samples, upload, personal, metrics)
 
     def _select_and_evaluate(
         self, task: ClientTask, net: DecomposedNet, data: ClientData, width: float, m0: TensorDict
