@@ -19,7 +19,14 @@ true meta-gradient g (its real task, noise-free: ``flcore.algorithms.meta.maml``
 attacker's ``g^`` from its real upload: cosine, relative L2 error and the fraction of entries
 with the right sign, in float32 as the run computes.
 
+With privacy (``--set privacy.mechanism=perturbation --set privacy.release_epsilon=0.8 ...``,
+labelled ``--label``) the upload is the noised, clipped step and ``g^`` is compared with the
+clean, unclipped meta-gradient: how much of it the noise leaves to the neighbours.
+
     .venv/bin/python benchmarks/lodmeta_release.py --steps 1 50 300
+    .venv/bin/python benchmarks/lodmeta_release.py --steps 1 2 3 300 --label dp-e0.8-d0.1 \
+        --set privacy.mechanism=perturbation --set privacy.release_epsilon=0.8 \
+        --set privacy.delta=0.1 --set privacy.clip=0.6
 """
 
 from __future__ import annotations
@@ -78,8 +85,8 @@ class ReleaseProbe:
     against what its walk neighbours recover from the step it is about to take (replayed on a
     fresh instance of the algorithm, so the walk is unchanged)."""
 
-    def __init__(self, method: str, steps: list[int], factory: Any) -> None:
-        self.method, self.steps, self.factory = method, set(steps), factory
+    def __init__(self, method: str, steps: list[int], factory: Any, label: str = "") -> None:
+        self.method, self.steps, self.factory, self.label = method, set(steps), factory, label
         self.rows: list[dict[str, Any]] = []
 
     def before_round(self, engine: Any, round: int, tasks: list[ClientTask]) -> None:
@@ -100,6 +107,7 @@ class ReleaseProbe:
             upload = replayer.local_update(cdata, task, client_generator(engine.seed, round, cid))
             row = {
                 "method": self.method,
+                "label": self.label,
                 "step": round,
                 "client": cid,
                 "client_visits_before": alg.visits[cid],
@@ -129,10 +137,11 @@ def run(method: str, steps: list[int], args: argparse.Namespace) -> list[dict[st
         "workers=1",
         f"seed={args.seed}",
         "output_dir=/tmp/fedsweep-lodmeta-release",
+        *args.set,
     ]
     cfg = load_config(REPO / f"sweeps/configs/lodmeta/fmnist_{method}.yaml", over)
     engine = build_engine(cfg, data=build_data(cfg))
-    probe = ReleaseProbe(method, steps, engine.factory)
+    probe = ReleaseProbe(method, steps, engine.factory, args.label)
     engine.probes.append(probe)
     engine.run()
     return probe.rows
@@ -144,8 +153,13 @@ def main() -> None:
     ap.add_argument("--steps", nargs="+", type=int, default=[1, 50, 300])
     ap.add_argument("--clients", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=runs_dir("lodmeta") / "release.json")
+    ap.add_argument("--set", action="append", default=[], help="key=value for every run")
+    ap.add_argument("--label", default="", help="names the --set variant in the output")
+    ap.add_argument("--out", type=Path, default=None, help="default: release[-LABEL].json")
     args = ap.parse_args()
+    if args.out is None:
+        name = f"release-{args.label}.json" if args.label else "release.json"
+        args.out = runs_dir("lodmeta") / name
     rows = [r for m in args.methods for r in run(m, sorted(set(args.steps)), args)]
     doc = {"machine": machine(), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -104,10 +104,9 @@ def tune_malloc() -> bool:
     )
 
 
-def _run_task(algorithm: Algorithm, fed: FederatedData, task: ClientTask) -> ClientResult:
-    cid = task.client_id
-    start = time.perf_counter()
-    data = ClientData(
+def client_data(fed: FederatedData, cid: int) -> ClientData:
+    """Client ``cid``'s data as ``local_update`` receives it."""
+    return ClientData(
         cid,
         fed.client_train(cid),
         fed.client_test(cid),
@@ -115,6 +114,12 @@ def _run_task(algorithm: Algorithm, fed: FederatedData, task: ClientTask) -> Cli
         fed.client_val(cid),
         public=fed.public_set(),
     )
+
+
+def _run_task(algorithm: Algorithm, fed: FederatedData, task: ClientTask) -> ClientResult:
+    cid = task.client_id
+    start = time.perf_counter()
+    data = client_data(fed, cid)
     result = algorithm.local_update(data, task, client_generator(task.seed, task.round, cid))
     result.metrics["client_seconds"] = time.perf_counter() - start
     return result

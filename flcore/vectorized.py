@@ -81,7 +81,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, grad_and_value, vmap
 
-from flcore.algorithms.base import Algorithm, ClientData, ClientResult, ClientTask
+from flcore.algorithms.base import Algorithm, ClientResult, ClientTask
 from flcore.data import FederatedData, normalize
 from flcore.errors import ConfigError
 from flcore.privacy.dpsgd import DPSGD
@@ -284,6 +284,8 @@ class VectorizedExecutor:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         seconds = (time.perf_counter() - began) / len(tasks)
+        from flcore.executor import client_data  # (flcore.executor imports this module)
+
         results = []
         for k, task in enumerate(tasks):
             weights, kept = (
@@ -298,7 +300,7 @@ class VectorizedExecutor:
                 )
                 continue
             began = time.perf_counter()  # the client's evaluation counts in its seconds
-            data = _client_data(fed, task.client_id)
+            data = client_data(fed, task.client_id)
             result = alg.vector_result(
                 task, weights, len(train_rows[k]), metrics[k], kept_or_none, data=data
             )
@@ -634,18 +636,6 @@ class _Net:
         self.frozen = {k: p.detach() for k, p in named if not p.requires_grad}
         keys = alg.vector_keys(model)
         self.keys = list(model.state_dict()) if keys is None else list(keys)
-
-
-def _client_data(fed: FederatedData, cid: int) -> ClientData:
-    """The client's data as the loop gives it to ``local_update``."""
-    return ClientData(
-        cid,
-        fed.client_train(cid),
-        fed.client_test(cid),
-        fed.info,
-        fed.client_val(cid),
-        public=fed.public_set(),
-    )
 
 
 def _like(g: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
