@@ -739,9 +739,7 @@ class Pa3dFL(Algorithm):
         metrics: dict[str, float] = {}
         m0: TensorDict = {}
         if task.evaluate:
-            with torch.no_grad():
-                m0 = {k: v.detach().clone() for k, v in net.recovered_state("global").items()}
-            metrics |= self.client_eval(task, self._evaluate_state(width, m0), data, before=True)
+            m0, metrics = self._received_eval(task, net, data, width)
         opt = self.local_optimizer(self._param_groups(net, task.round), round=task.round)
         self._round_head_lr = self._head_lr(task.round)
         metrics["train_loss"] = self.run_epochs(
@@ -825,9 +823,8 @@ class Pa3dFL(Algorithm):
             assert data is not None, "the executor gives an evaluation round's client data"
             start = dict(task.payload) | dict(task.state or {})
             net.load_state_dict({k: start[k].to(self.device) for k in trained}, strict=False)
-            with torch.no_grad():
-                m0 = {k: v.detach().clone() for k, v in net.recovered_state("global").items()}
-            metrics |= self.client_eval(task, self._evaluate_state(width, m0), data, before=True)
+            m0, before = self._received_eval(task, net, data, width)
+            metrics |= before
             net.load_state_dict(trained, strict=False)
             metrics |= self._select_and_evaluate(task, net, data, width, m0)
         if self.params.hn_aggregation:  # type: ignore[attr-defined]
@@ -835,6 +832,14 @@ class Pa3dFL(Algorithm):
         upload = {k: trained[k] for k in net.general_keys()}
         personal = {k: trained[k] for k in net.personal_keys()}
         return ClientResult(task.client_id, num_samples, upload, personal, metrics)
+
+    def _received_eval(
+        self, task: ClientTask, net: DecomposedNet, data: ClientData, width: float
+    ) -> tuple[TensorDict, dict[str, float]]:
+        """M0 (the received model with the global head, ``net`` as loaded) and its metrics."""
+        with torch.no_grad():
+            m0 = {k: v.detach().clone() for k, v in net.recovered_state("global").items()}
+        return m0, self.client_eval(task, self._evaluate_state(width, m0), data, before=True)
 
     def _select_and_evaluate(
         self, task: ClientTask, net: DecomposedNet, data: ClientData, width: float, m0: TensorDict
