@@ -115,7 +115,18 @@ def add_run_options(ap: Any, out: str, *, rounds_help: str, summary_help: str) -
         default=None,
         help="stop (with a checkpoint) after this round; the run stays a --rounds run",
     )
+    ap.add_argument(
+        "--device",
+        default=None,
+        help="where the runs compute (cpu, cuda): not a setting, a run keeps its folder and "
+        "stays comparable; on cuda ``executor: auto`` vectorizes where the algorithm allows",
+    )
     ap.add_argument("--summary", action="store_true", help=summary_help)
+
+
+def execution_overrides(args: Any) -> list[str]:
+    """The config overrides of ``--device`` (none without it)."""
+    return [] if args.device is None else [f"device={args.device}", "executor=auto"]
 
 
 def seed_cell(values: list[float]) -> str:

@@ -3,7 +3,7 @@
 # without Ray, MLflow or Optuna (flcore alone). Each stage has its own time limit and writes to
 # $OUT as it goes, so a stage that runs over still leaves the ones before it.
 #
-#   OUT=/tmp/gpu WHEELS=.whl FMNIST_GZ=.gpudata STAGES="1 2 3 4 5 6" bash benchmarks/gpu_session.sh
+#   OUT=/tmp/gpu WHEELS=.whl FMNIST_GZ=.gpudata STAGES="1 2 3 4 5 6 7" bash benchmarks/gpu_session.sh
 #
 # WHEELS: a folder of wheels to install first (pydantic, pydantic-core, annotated-types,
 #   typing-inspection, typing-extensions, opacus, dp-accounting, dm-tree where absent);
@@ -52,5 +52,18 @@ fi
 #    (one stacked group per width), 20 and 100 clients
 stage 6 && timeout "${T_PA3DFL:-240}" python3 $B --parts rounds --cases pa3dfl --clients 20 100 --rounds 2 \
   --deterministic 0 --out "$OUT/pa3dfl.json" > "$OUT/pa3dfl.log" 2>&1
+# 7. Pa3dFL's Table 1 phase 1 (issue 24: Pa3dFL, FedAvg, FjORD, Ideal and Hetero, seed 0, 500
+#    rounds) in the time left, resumed from P1_IN (the run folders an earlier session brought
+#    back, carried in) when given; the folders (checkpoints 0.5-8.5 MB) come back in $OUT/pa3dfl-t1
+if stage 7; then
+  mkdir -p "$OUT/pa3dfl-t1"
+  [ -n "${P1_IN:-}" ] && cp -r "$P1_IN"/. "$OUT/pa3dfl-t1/"
+  left=$(( ${T_END:-570} - SECONDS ))
+  if [ "$left" -gt 120 ]; then
+    timeout "$(( left - 20 ))" python3 benchmarks/reproduce_pa3dfl_table1.py --methods pa3dfl fedavg fjord \
+      --settings hetero ideal --seeds 0 --workers 1 --device cuda --out "$OUT/pa3dfl-t1" \
+      --max-minutes "$(( (left - 90) / 60 ))" > "$OUT/pa3dfl-t1.json" 2> "$OUT/pa3dfl-t1.log"
+  fi
+fi
 tail -n 3 "$OUT"/*.log
 exit 0

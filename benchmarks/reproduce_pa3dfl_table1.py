@@ -50,7 +50,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine  # noqa: E402
-from _runs import add_run_options, resume_run, scan_runs, seed_cell  # noqa: E402
+from _runs import (  # noqa: E402
+    add_run_options,
+    execution_overrides,
+    resume_run,
+    scan_runs,
+    seed_cell,
+)
 
 from analysis.paper import PA3DFL_FMNIST  # noqa: E402
 
@@ -96,7 +102,7 @@ def run_one(
     """Run (or resume, or only read) one run; returns its JSON record."""
     from flcore.config import load_config
 
-    over = [f"seed={seed}", f"workers={args.workers}"]
+    over = [f"seed={seed}", f"workers={args.workers}", *execution_overrides(args)]
     if args.rounds is not None:
         over.append(f"rounds={args.rounds}")
     cfg = load_config(config_path(setting, method), [*over, *args.set])
@@ -131,6 +137,7 @@ def run_one(
         "paper": PA3DFL_FMNIST[setting].get(method),
         "comparable": comparable,
         "seconds": round(spent, 1),
+        "device": cfg.device,
     }
 
 
