@@ -3,7 +3,7 @@
 # without Ray, MLflow or Optuna (flcore alone). Each stage has its own time limit and writes to
 # $OUT as it goes, so a stage that runs over still leaves the ones before it.
 #
-#   OUT=/tmp/gpu WHEELS=.whl FMNIST_GZ=.gpudata STAGES="1 2 3 4 5 6 7" bash benchmarks/gpu_session.sh
+#   OUT=/tmp/gpu WHEELS=.whl FMNIST_GZ=.gpudata STAGES="1 2 3 4 5 6 7 8" bash benchmarks/gpu_session.sh
 #
 # WHEELS: a folder of wheels to install first (pydantic, pydantic-core, annotated-types,
 #   typing-inspection, typing-extensions, opacus, dp-accounting, dm-tree where absent);
@@ -63,6 +63,20 @@ if stage 7; then
     timeout "$(( left - 20 ))" python3 benchmarks/reproduce_pa3dfl_table1.py --methods pa3dfl fedavg fjord \
       --settings hetero ideal --seeds 0 --workers 1 --device cuda --out "$OUT/pa3dfl-t1" \
       --max-minutes "$(( (left - 90) / 60 ))" > "$OUT/pa3dfl-t1.json" 2> "$OUT/pa3dfl-t1.log"
+  fi
+fi
+# 8. HyperFL's Table 3 rerun (issue 23): its 20-client Table 1 run trained on the GPU (seed 0, the
+#    checkpoints IG attacks kept), then IG (10,000 iterations, 10 records) at the rounds T3_ROUNDS
+#    (default: first and 51), one JSON a round back in $OUT/table3 (reused when carried in T3_IN)
+if stage 8; then
+  mkdir -p "$OUT/table3"
+  [ -n "${T3_IN:-}" ] && cp -r "$T3_IN"/. "$OUT/table3/"
+  left=$(( ${T_END:-570} - SECONDS ))
+  if [ "$left" -gt 120 ]; then
+    timeout "$(( left - 10 ))" bash -c "python3 benchmarks/reproduce_table1.py --methods hyperfl --clients 20 \
+      --seeds 0 --workers 1 --device cuda --keep 50 99 199 --out /tmp/t1-20 > '$OUT/table3-t1.json' 2> '$OUT/table3-t1.log' &&
+      python3 benchmarks/reproduce_table3.py --methods hyperfl --device cuda --table1 /tmp/t1-20 \
+      --out '$OUT/table3' --attack-rounds ${T3_ROUNDS:-first 51} > '$OUT/table3.json' 2> '$OUT/table3.log'"
   fi
 fi
 tail -n 3 "$OUT"/*.log

@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _machine import machine  # noqa: E402
-from _runs import runs_dir, truncate_log  # noqa: E402
+from _runs import execution_overrides, runs_dir, truncate_log  # noqa: E402
 
 from analysis.paper import ACCURACY, FMNIST_20, FMNIST_100  # noqa: E402
 from flcore.config import load_config  # noqa: E402
@@ -47,7 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, deadline: float):  # type: ignore[no-untyped-def]
     over = [f"seed={seed}", f"workers={args.workers}", f"eval_every={args.eval_every}"]
-    over += args.set
+    over += [*execution_overrides(args), *args.set]
     if clients == 100:
         over += ["num_clients=100", "client_fraction=0.3", "full_last_round=true"]
     if method == "pfedhn":  # no config file of its own: FedAvg's setup, another algorithm
@@ -122,6 +122,12 @@ def main() -> None:
         help="stop (with a checkpoint) after this round; the run stays a --rounds run",
     )
     ap.add_argument("--label", default="", help="names the --set variant in run folders")
+    ap.add_argument(
+        "--device",
+        default=None,
+        help="where the runs compute (cpu, cuda): not a setting, the run keeps its folder; on "
+        "cuda ``executor: auto`` vectorizes where the algorithm allows",
+    )
     ap.add_argument(
         "--keep",
         nargs="*",

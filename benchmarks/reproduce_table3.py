@@ -83,8 +83,9 @@ KEPT = (
 )
 
 
-def _config(algorithm: str, extra: list[str]):  # type: ignore[no-untyped-def]
-    over = ["seed=0", "workers=1", *extra]
+def _config(algorithm: str, extra: list[str], device: str | None = None):  # type: ignore[no-untyped-def]
+    """The Table 1 run's config (``device``: where to compute; not a setting)."""
+    over = ["seed=0", "workers=1", *extra, *([f"device={device}"] if device else [])]
     if algorithm == "pfedhn":
         return load_config(REPO / "sweeps/configs/fedavg_fmnist.yaml", ["algorithm=pfedhn", *over])
     return load_config(REPO / f"sweeps/configs/{algorithm}_fmnist.yaml", over)
@@ -148,11 +149,17 @@ def _gradient_check(engine, evaluator, task) -> list[dict]:  # type: ignore[no-u
     return rows
 
 
-def _restored(algorithm: str, extra: list[str], spec: dict, ckpt: Path | str | None):  # type: ignore[no-untyped-def,type-arg]
+def _restored(  # type: ignore[no-untyped-def]
+    algorithm: str,
+    extra: list[str],
+    spec: dict,  # type: ignore[type-arg]
+    ckpt: Path | str | None,
+    device: str | None = None,
+):
     """The run restored from ``ckpt`` (None: the initial model) with the evaluation ``spec``,
     and what the engine hands the attacked client at the start of the attacked round (that
     round itself need not train)."""
-    cfg = _config(algorithm, extra + [f"attack={json.dumps(spec)}"])
+    cfg = _config(algorithm, extra + [f"attack={json.dumps(spec)}"], device)
     engine = build_engine(cfg, data=build_data(cfg))
     if ckpt is not None:
         engine.load_checkpoint(ckpt)
@@ -173,7 +180,7 @@ def _recheck(method: str, cached: dict, args: argparse.Namespace) -> list[dict]:
         "iterations": 1,
         "labels": "given",
     }
-    engine, task = _restored(algorithm, extra, spec, cached["checkpoint"])
+    engine, task = _restored(algorithm, extra, spec, cached["checkpoint"], args.device)
     rows = _gradient_check(engine, engine.probes[0], task)
     return [{k: v for k, v in row.items() if k != "psnr"} for row in rows]
 
@@ -207,7 +214,7 @@ def attack_one(method: str, attack: str, attacked: int, args: argparse.Namespace
         "iterations": args.iterations,
         "labels": "given",
     }
-    engine, task = _restored(algorithm, extra, spec, ckpt)
+    engine, task = _restored(algorithm, extra, spec, ckpt, args.device)
     evaluator = engine.probes[0]
     start = time.perf_counter()
     evaluator.before_round(engine, attacked, [task])
@@ -261,6 +268,9 @@ def main() -> None:
         default=None,
         help="attacked rounds: numbers or first, middle, last (resolved against each method's "
         "rounds); default: --round + 1",
+    )
+    ap.add_argument(
+        "--device", default=None, help="where the attacks compute (cpu, cuda): not a setting"
     )
     ap.add_argument("--client", type=int, default=0)
     ap.add_argument("--images", type=int, default=10)
