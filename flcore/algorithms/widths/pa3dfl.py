@@ -730,11 +730,7 @@ class Pa3dFL(Algorithm):
         width = self.client_width(task.client_id)
         net = self._net(width)
         self._client_model = net
-        start = dict(task.payload) | dict(task.state or {})
-        keys = [*net.general_keys(), *net.personal_keys()]
-        missing = [k for k in keys if k not in start]
-        if missing:
-            raise KeyError(f"pa3dfl: the client has no {missing}")
+        start, keys = self._start(task, net)
         net.load_state_dict({k: start[k].to(self.device) for k in keys}, strict=False)
         metrics: dict[str, float] = {}
         m0: TensorDict = {}
@@ -785,11 +781,7 @@ class Pa3dFL(Algorithm):
         width = self.client_width(task.client_id)
         objective = self._cache()["objectives"][width]
         objective.head_lr = self._head_lr(task.round)
-        start = dict(task.payload) | dict(task.state or {})
-        keys = [*objective.net.general_keys(), *objective.net.personal_keys()]
-        missing = [k for k in keys if k not in start]
-        if missing:
-            raise KeyError(f"pa3dfl: the client has no {missing}")
+        start, keys = self._start(task, objective.net)
         scale = tuple(
             (f"net.{q.key}.{part}", step_scale(q)) for q in objective.net.plans for part in "UV"
         )
@@ -832,6 +824,16 @@ class Pa3dFL(Algorithm):
         upload = {k: trained[k] for k in net.general_keys()}
         personal = {k: trained[k] for k in net.personal_keys()}
         return ClientResult(task.client_id, num_samples, upload, personal, metrics)
+
+    @staticmethod
+    def _start(task: ClientTask, net: DecomposedNet) -> tuple[TensorDict, list[str]]:
+        """What the client starts from (broadcast and kept state) and the keys it trains."""
+        start = dict(task.payload) | dict(task.state or {})
+        keys = [*net.general_keys(), *net.personal_keys()]
+        missing = [k for k in keys if k not in start]
+        if missing:
+            raise KeyError(f"pa3dfl: the client has no {missing}")
+        return start, keys
 
     def _received_eval(
         self, task: ClientTask, net: DecomposedNet, data: ClientData, width: float
