@@ -19,6 +19,10 @@ Parts (``--parts``):
 - ``repeatable``: two identical 3-round runs per case, final weights compared bit for bit.
 - ``cap``: a 100-client vectorized round under ``gpu_memory_fraction`` small enough that the
   whole round does not fit: the chunk the executor settles on.
+- ``profile``: one training round of each case (vectorized, the fewest clients) under
+  ``torch.profiler`` after a warm-up round: the round's wall time against the time the device
+  spent in kernels (a round whose kernels fill a small part of its wall is bound by launches
+  and host work, not by the device), the kernel launches, and the ops with the most device time.
 
     python benchmarks/gpu_rounds.py --device cuda --out gpu.json
     .venv/bin/python benchmarks/gpu_rounds.py --device cpu --parts rounds --cases fedavg \
@@ -294,6 +298,59 @@ def part_cap(args: argparse.Namespace) -> dict[str, Any]:
     return {"fraction": args.cap, "log": records, **result}
 
 
+def part_profile(args: argparse.Namespace) -> dict[str, Any]:
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = args.device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    clients = min(args.clients)
+    out: dict[str, Any] = {}
+    for alg in args.cases:
+        cfg = config(alg, clients, 3, args.device, "vectorized", **EXTRA.get(alg, {}))
+        rounds = build_engine(cfg, data=build_data(cfg)).iter_rounds()
+        next(rounds)  # the warm-up: kernel selection, first allocations
+        _sync(args.device)
+        with profile(activities=activities) as prof:  # round 2: trained, not evaluated
+            began = time.perf_counter()
+            next(rounds)
+            _sync(args.device)
+            wall = time.perf_counter() - began
+        rounds.close()
+        events = prof.key_averages()
+        # the device's rows alone (kernels, copies): an op's row carries its kernels' time too,
+        # so a sum over every row would count each kernel twice
+        kernel_us = (
+            sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA)
+            if cuda
+            else None
+        )
+        launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel"))
+        top = sorted(
+            events,
+            key=lambda e: e.self_device_time_total if cuda else e.self_cpu_time_total,
+            reverse=True,
+        )[:15]
+        out[f"{alg}-{clients}"] = {
+            "round_seconds": wall,
+            "device_kernel_seconds": kernel_us / 1e6 if cuda else None,
+            "kernel_launches": launches,
+            "top_ops": [
+                {
+                    "op": e.key[:80],
+                    "count": e.count,
+                    "self_device_ms": e.self_device_time_total / 1e3 if cuda else None,
+                    "self_cpu_ms": e.self_cpu_time_total / 1e3,
+                }
+                for e in top
+            ],
+        }
+        print(f"[profile] {alg}-{clients}: wall {wall:.3f} s, kernels "
+              f"{out[f'{alg}-{clients}']['device_kernel_seconds']}, launches {launches}", flush=True)
+        _save(args, "profile", out)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
@@ -328,6 +385,7 @@ def main() -> None:
         "repeatable": part_repeatable,
         "cap": part_cap,
         "packing": part_packing,
+        "profile": part_profile,
     }
     for name in args.parts:
         began = time.perf_counter()

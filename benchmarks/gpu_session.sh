@@ -3,10 +3,11 @@
 # without Ray, MLflow or Optuna (flcore alone). Each stage has its own time limit and writes to
 # $OUT as it goes, so a stage that runs over still leaves the ones before it.
 #
-#   OUT=/tmp/gpu WHEELS=.whl FMNIST_GZ=.gpudata STAGES="1 2 3 4 5 6 7 8" bash benchmarks/gpu_session.sh
+#   OUT=/tmp/gpu WHEELS=.whl FMNIST_GZ=.gpudata STAGES="1 2 3 4 5 6 7 8 9" bash benchmarks/gpu_session.sh
 #
 # WHEELS: a folder of wheels to install first (pydantic, pydantic-core, annotated-types,
 #   typing-inspection, typing-extensions, opacus, dp-accounting, dm-tree where absent);
+# Stages run in this file's order (1, 9, 2, 3, 4, 6, 5, 7, 8): the long runs last, in the time left.
 # FMNIST_GZ: a folder holding Fashion-MNIST's four .gz files, copied where flcore looks for
 #   Debian's dataset-fashion-mnist.
 set -u
@@ -27,7 +28,14 @@ B=benchmarks/gpu_rounds.py
 STAGES=${STAGES:-1 2 3 4}
 stage() { [[ " $STAGES " == *" $1 "* ]]; }
 # 1. per-round times: loop against vectorized (FedAvg 20/100), HyperFL and DP-FedAvg against FedAvg
-stage 1 && timeout "${T_ROUNDS:-150}" python3 $B --parts rounds --rounds 2 --deterministic 0 --out "$OUT/rounds.json" > "$OUT/rounds.log" 2>&1
+#    (EXECUTORS="vectorized": the vectorized cases alone, stages 1 and 4)
+EXECUTORS=${EXECUTORS:-loop vectorized}
+stage 1 && timeout "${T_ROUNDS:-150}" python3 $B --parts rounds --rounds 2 --deterministic 0 --executors $EXECUTORS \
+  --out "$OUT/rounds.json" > "$OUT/rounds.log" 2>&1
+# 9. where a vectorized round's time goes (FedAvg, DP-FedAvg, HyperFL, 20 clients): device time in
+#    kernels against the round's wall, kernel launches, the ops with the most device time
+stage 9 && timeout "${T_PROFILE:-90}" python3 $B --parts profile --cases fedavg dp_fedavg hyperfl --clients 20 \
+  --out "$OUT/profile.json" > "$OUT/profile.log" 2>&1
 # 2. the memory cap and the chunk it leaves; trial packing (1, 4, 8 processes on the GPU)
 stage 2 && timeout "${T_PACK:-80}" python3 $B --parts cap packing --out "$OUT/packing.json" > "$OUT/packing.log" 2>&1
 # 3. the contract suite on CUDA
@@ -36,7 +44,12 @@ stage 3 && timeout "${T_TESTS:-100}" python3 -m pytest -q -m gpu tests/contract/
 # 4. what deterministic algorithms cost (stage 1 has the same cases without them), and
 #    repeatability of the vectorized HyperFL with and without them
 stage 4 && timeout "${T_DET:-150}" python3 $B --parts rounds repeatable --cases fedavg dp_fedavg hyperfl \
-  --clients 20 --rounds 2 --deterministic 1 0 --out "$OUT/deterministic.json" > "$OUT/deterministic.log" 2>&1
+  --clients 20 --rounds 2 --deterministic 1 0 --executors $EXECUTORS --out "$OUT/deterministic.json" \
+  > "$OUT/deterministic.log" 2>&1
+# 6. Pa3dFL (its Table 1 Hetero config, every client every round): loop against vectorized
+#    (one stacked group per width), 20 and 100 clients
+stage 6 && timeout "${T_PA3DFL:-240}" python3 $B --parts rounds --cases pa3dfl --clients 20 100 --rounds 2 \
+  --deterministic 0 --out "$OUT/pa3dfl.json" > "$OUT/pa3dfl.log" 2>&1
 # 5. a long run in the time left (T_LONG, default: up to 570 s after the start): HyperFL's Table 1
 #    at 100 clients, seed 2, vectorized; its per-round metrics come back, its checkpoints stay
 if stage 5; then
@@ -48,13 +61,11 @@ if stage 5; then
     cp /tmp/t1/*/metrics.jsonl "$OUT/table1-metrics.jsonl"; cp /tmp/t1/*/spent.json "$OUT/table1-spent.json"
   fi
 fi
-# 6. Pa3dFL (its Table 1 Hetero config, every client every round): loop against vectorized
-#    (one stacked group per width), 20 and 100 clients
-stage 6 && timeout "${T_PA3DFL:-240}" python3 $B --parts rounds --cases pa3dfl --clients 20 100 --rounds 2 \
-  --deterministic 0 --out "$OUT/pa3dfl.json" > "$OUT/pa3dfl.log" 2>&1
 # 7. Pa3dFL's Table 1 phase 1 (issue 24: Pa3dFL, FedAvg, FjORD, Ideal and Hetero, seed 0, 500
 #    rounds) in the time left, resumed from P1_IN (the run folders an earlier session brought
-#    back, carried in) when given; the folders (checkpoints 0.5-8.5 MB) come back in $OUT/pa3dfl-t1
+#    back, carried in) when given; the folders (checkpoints 0.5-8.5 MB) come back as pieces of
+#    an archive (the end of this script). On an H100 (session 24) Pa3dFL's Hetero run took 7.8 s
+#    a round (evaluated every round): 500 rounds are about an hour of device time a run
 if stage 7; then
   mkdir -p "$OUT/pa3dfl-t1"
   [ -n "${P1_IN:-}" ] && cp -r "$P1_IN"/. "$OUT/pa3dfl-t1/"
@@ -80,4 +91,15 @@ if stage 8; then
   fi
 fi
 tail -n 3 "$OUT"/*.log
+# A device call brings back at most 8 files of 16 MiB each (64 MiB in all), two folders down:
+# everything but stage 7's run folders goes into results.tgz, those folders (checkpoints) into
+# 15 MiB pieces pa3dfl-t1.tgz.NN. Unpack here with
+#   tar xzf results.tgz -C DIR; cat pa3dfl-t1.tgz.* | tar xz -C DIR   (DIR/pa3dfl-t1: P1_IN)
+cd "$OUT" || exit 1
+if [ -d pa3dfl-t1 ]; then
+  tar cz pa3dfl-t1 | split -b 15M -d - pa3dfl-t1.tgz. && rm -rf pa3dfl-t1
+fi
+tar czf /tmp/results.tgz --exclude='pa3dfl-t1.tgz.*' . && find . -mindepth 1 -maxdepth 1 \
+  ! -name 'pa3dfl-t1.tgz.*' -exec rm -rf {} + && mv /tmp/results.tgz results.tgz
+ls -la "$OUT"
 exit 0
