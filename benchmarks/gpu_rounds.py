@@ -345,8 +345,11 @@ def part_profile(args: argparse.Namespace) -> dict[str, Any]:
                 for e in top
             ],
         }
-        print(f"[profile] {alg}-{clients}: wall {wall:.3f} s, kernels "
-              f"{out[f'{alg}-{clients}']['device_kernel_seconds']}, launches {launches}", flush=True)
+        print(
+            f"[profile] {alg}-{clients}: wall {wall:.3f} s, kernels "
+            f"{out[f'{alg}-{clients}']['device_kernel_seconds']}, launches {launches}",
+            flush=True,
+        )
         _save(args, "profile", out)
     return out
 
