@@ -17,8 +17,10 @@ AlexNet weights offline), and the calibrated ones (``leak_psnr_gain``, ``leak_id
 A method is an algorithm (its plain run) or a variant named in ``RUNS`` (the DP baselines' paper
 protocol; HyperFL with ``head_init_scale: 0.1`` or the authors' 1). Each attack's result on
 round R is written to ``OUT3/<attack>-<method>-r<R>.json`` with its image grid beside it
-(``.png``); an existing result is reused, so the script can run in pieces (results saved before
-the calibrated metrics, ``<attack>-<method>.json``, are not). The whole table prints as one JSON
+(``.png``); an existing result is reused, so the script can run in pieces (results saved
+before the calibrated metrics, ``<attack>-<method>.json``, are not), and an attack killed
+midway resumes from its saved optimisation state (``<attack>-<method>-r<R>.state/``, removed
+once the result is written). The whole table prints as one JSON
 object: ``results`` (one row per attack, method and round) and ``worst_rounds`` (per attack and
 method, the worst attacked round's ``leak_psnr_gain``, ``leak_identified`` and ``leak_lpips``).
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -216,6 +219,9 @@ def attack_one(method: str, attack: str, attacked: int, args: argparse.Namespace
     }
     engine, task = _restored(algorithm, extra, spec, ckpt, args.device)
     evaluator = engine.probes[0]
+    # IG's optimisation state, saved as it goes: a run killed mid-attack resumes there
+    state_dir = out.with_suffix(".state")
+    evaluator.attack.resume_dir = state_dir
     start = time.perf_counter()
     evaluator.before_round(engine, attacked, [task])
     summary = evaluator.summary(engine)
@@ -248,6 +254,7 @@ def attack_one(method: str, attack: str, attacked: int, args: argparse.Namespace
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
+    shutil.rmtree(state_dir, ignore_errors=True)
     return result
 
 

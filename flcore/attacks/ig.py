@@ -13,11 +13,21 @@ optimised jointly with the images, from their public initial values.
 
 Labels are recovered by iDLG when the classifier's bias is uploaded, else taken as given.
 Reconstructions of several uploads are optimised together (``reconstruct_many``).
+
+A long optimisation can be resumed (HyperFL's 10,000 iterations take hours on a CPU): with
+``resume_dir`` set on the attack (an execution option, not a parameter), the loop saves its
+state there (images, unknowns, Adam's and the schedule's state, the iteration) at most every
+``save_seconds``, in a file named by a digest of the problem and the parameters, and a later
+run of the same problem continues from it; the result equals an uninterrupted run's.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from pydantic import Field
@@ -62,6 +72,20 @@ def labels_for(observations: Sequence[Observation]) -> tuple[torch.Tensor, str]:
     return torch.stack([o.labels for o in observations]), "given"  # type: ignore[misc]
 
 
+def problem_digest(problem: Problem, **params: object) -> str:
+    """A digest of what an optimisation depends on: the targets, labels, shape, seed and
+    ``params`` (a saved state is resumed only by the same problem)."""
+    h = hashlib.sha256(repr(sorted(params.items())).encode())
+    h.update(repr((tuple(problem.shape), problem.seed, sorted(problem.surface.unknowns))).encode())
+    h.update(problem.labels.detach().cpu().numpy().tobytes())
+    for t in problem.targets:
+        for k in sorted(t):
+            v = t[k].detach().to("cpu").contiguous()
+            h.update(f"{k}:{v.dtype}:{tuple(v.shape)}".encode())
+            h.update(v.view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:24]
+
+
 def run_adam(
     problem: Problem,
     *,
@@ -72,8 +96,14 @@ def run_adam(
     signed: bool,
     boxed: bool,
     distance=cosine_distance,  # type: ignore[no-untyped-def]
+    resume: Path | None = None,
+    save_seconds: float = 60.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Geiping et al.'s optimisation loop; returns the normalised images and the unknowns."""
+    """Geiping et al.'s optimisation loop; returns the normalised images and the unknowns.
+
+    ``resume``: a state file this loop writes at most every ``save_seconds`` (atomically) and
+    continues from when it exists; left in place at the end (the caller removes it once the
+    result is stored)."""
     x, unknowns = problem.initial()
     groups = [{"params": [x], "lr": lr}]
     if unknowns:
@@ -82,8 +112,35 @@ def run_adam(
     milestones = [int(iterations * f) for f in (3 / 8, 5 / 8, 7 / 8)]
     sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=milestones, gamma=0.1)
     lo, hi = pixel_box(problem.info, problem.device)
+    done = 0
+    if resume is not None and resume.is_file():
+        state = torch.load(resume, map_location=problem.device, weights_only=False)
+        with torch.no_grad():
+            x.copy_(state["x"])
+            for k, v in unknowns.items():
+                v.copy_(state["unknowns"][k])
+        opt.load_state_dict(state["opt"])
+        sched.load_state_dict(state["sched"])
+        done = int(state["iteration"])
+    saved = time.monotonic()
+
+    def save(iteration: int) -> None:
+        assert resume is not None
+        tmp = resume.with_name(resume.name + ".tmp")
+        torch.save(
+            {
+                "iteration": iteration,
+                "x": x.detach(),
+                "unknowns": {k: v.detach() for k, v in unknowns.items()},
+                "opt": opt.state_dict(),
+                "sched": sched.state_dict(),
+            },
+            tmp,
+        )
+        os.replace(tmp, resume)
+
     with without_onednn():
-        for _ in range(iterations):
+        for it in range(done, iterations):
             opt.zero_grad(set_to_none=True)
             problem.loss(x, unknowns, distance, tv).backward()
             if signed:
@@ -93,6 +150,11 @@ def run_adam(
             if boxed:
                 with torch.no_grad():
                     x.copy_(torch.maximum(torch.minimum(x, hi), lo))
+            if resume is not None and time.monotonic() - saved >= save_seconds:
+                save(it + 1)
+                saved = time.monotonic()
+    if resume is not None and done < iterations:
+        save(iterations)
     return x.detach(), {k: v.detach() for k, v in unknowns.items()}
 
 
@@ -106,19 +168,27 @@ class InvertingGradients(Attack):
     def reconstruct(self, observation: Observation) -> Reconstruction:
         return self.reconstruct_many([observation])[0]
 
+    #: where the optimisation saves its state to be resumed (module doc); None: not saved
+    resume_dir: Path | None = None
+
     def solve(self, problem: Problem) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Run the IG optimisation on ``problem`` with this attack's parameters."""
         p = self.params
         assert isinstance(p, IGParams)
-        return run_adam(
-            problem,
-            iterations=p.iterations,
-            lr=p.lr,
-            unknown_lr=p.unknown_lr,
-            tv=p.tv,
-            signed=p.signed,
-            boxed=p.boxed,
-        )
+        settings = {
+            "iterations": p.iterations,
+            "lr": p.lr,
+            "unknown_lr": p.unknown_lr,
+            "tv": p.tv,
+            "signed": p.signed,
+            "boxed": p.boxed,
+        }
+        resume = None
+        if self.resume_dir is not None:
+            self.resume_dir.mkdir(parents=True, exist_ok=True)
+            digest = problem_digest(problem, attack=self.name, **settings)
+            resume = self.resume_dir / f"{self.name}-{digest}.pt"
+        return run_adam(problem, **settings, resume=resume)  # type: ignore[arg-type]
 
     def reconstruct_many(self, observations: Sequence[Observation]) -> list[Reconstruction]:
         p = self.params
