@@ -3,11 +3,11 @@
 # without Ray, MLflow or Optuna (flcore alone). Each stage has its own time limit and writes to
 # $OUT as it goes, so a stage that runs over still leaves the ones before it.
 #
-#   OUT=/tmp/gpu WHEELS=.whl FMNIST_GZ=.gpudata STAGES="1 2 3 4 5 6 7 8 9" bash benchmarks/gpu_session.sh
+#   OUT=/tmp/gpu WHEELS=.whl FMNIST_GZ=.gpudata STAGES="1 2 3 4 5 6 7 8 9 10" bash benchmarks/gpu_session.sh
 #
 # WHEELS: a folder of wheels to install first (pydantic, pydantic-core, annotated-types,
 #   typing-inspection, typing-extensions, opacus, dp-accounting, dm-tree where absent);
-# Stages run in this file's order (1, 9, 2, 3, 4, 6, 5, 7, 8): the long runs last, in the time left.
+# Stages run in this file's order (1, 9, 2, 3, 4, 6, 10, 5, 7, 8): the long runs last, in the time left.
 # FMNIST_GZ: a folder holding Fashion-MNIST's four .gz files, copied where flcore looks for
 #   Debian's dataset-fashion-mnist.
 set -u
@@ -50,6 +50,16 @@ stage 4 && timeout "${T_DET:-150}" python3 $B --parts rounds repeatable --cases 
 #    (one stacked group per width), 20 and 100 clients
 stage 6 && timeout "${T_PA3DFL:-240}" python3 $B --parts rounds --cases pa3dfl --clients 20 100 --rounds 2 \
   --deterministic 0 --out "$OUT/pa3dfl.json" > "$OUT/pa3dfl.log" 2>&1
+# 10. LoDMeta's image leakage under a stronger IG (issue 26: 10,000 iterations, HyperFL's
+#     protocol, where the CPU could afford 1,000) at the walk's first visit, LoDMeta-basic (whose
+#     step releases the exact meta-gradient) first, then LoDMeta; finished cases are skipped, so
+#     carrying the JSON back in (LEAK_IN) resumes it
+if stage 10; then
+  [ -n "${LEAK_IN:-}" ] && cp "$LEAK_IN" "$OUT/lodmeta-leakage.json"
+  timeout "${T_LEAK:-300}" python3 benchmarks/lodmeta_leakage.py --methods lodmeta_basic lodmeta --at first \
+    --steps 300 --images 2 --iterations 10000 --set device=cuda --label gpu-10k \
+    --out "$OUT/lodmeta-leakage.json" > "$OUT/lodmeta-leakage.log" 2>&1
+fi
 # 5. a long run in the time left (T_LONG, default: up to 570 s after the start): HyperFL's Table 1
 #    at 100 clients, seed 2, vectorized; its per-round metrics come back, its checkpoints stay
 if stage 5; then
