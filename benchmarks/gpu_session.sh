@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 28's GPU figures in one go, on a machine with a CUDA GPU, PyTorch and this checkout, and
+# The GPU figures of issues 23-28 in one go, on a machine with a CUDA GPU, PyTorch and this checkout, and
 # without Ray, MLflow or Optuna (flcore alone). Each stage has its own time limit and writes to
 # $OUT as it goes, so a stage that runs over still leaves the ones before it.
 #
@@ -7,9 +7,10 @@
 #
 # WHEELS: a folder of wheels to install first (pydantic, pydantic-core, annotated-types,
 #   typing-inspection, typing-extensions, opacus, dp-accounting, dm-tree where absent);
-# Stages run in this file's order (1, 9, 2, 3, 4, 6, 10, 5, 7, 8): the long runs last, in the time left.
 # FMNIST_GZ: a folder holding Fashion-MNIST's four .gz files, copied where flcore looks for
 #   Debian's dataset-fashion-mnist.
+# Stages run in this file's order (1, 9, 2, 3, 4, 6, 10, 5, 7, 8): the long runs last, in the time left.
+# A GPU machine is lent for 15 minutes a session: pick a few stages (issue order), not all.
 set -u
 OUT=${OUT:-/tmp/fedsweep-gpu}
 mkdir -p "$OUT"
