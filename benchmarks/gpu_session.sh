@@ -72,19 +72,27 @@ if stage 5; then
     cp /tmp/t1/*/metrics.jsonl "$OUT/table1-metrics.jsonl"; cp /tmp/t1/*/spent.json "$OUT/table1-spent.json"
   fi
 fi
-# 7. Pa3dFL's Table 1 phase 1 (issue 24: Pa3dFL, FedAvg, FjORD, Ideal and Hetero, seed 0, 500
-#    rounds) in the time left, resumed from P1_IN (the run folders an earlier session brought
-#    back, carried in) when given; the folders (checkpoints 0.5-8.5 MB) come back as pieces of
-#    an archive (the end of this script). On an H100 (session 24) Pa3dFL's Hetero run took 7.8 s
-#    a round (evaluated every round): 500 rounds are about an hour of device time a run
+# 7. Pa3dFL's Table 1 phase 1 (issue 24: Pa3dFL, FedAvg, FjORD, seed 0, 500 rounds) in the time
+#    left, one process per run side by side (a Pa3dFL round leaves the GPU idle most of the
+#    time: its width groups are launch-bound; session 24 measured 7.8 s a round, evaluated every
+#    round, for one run alone), P1_SETTINGS (default hetero) x P1_METHODS (default pa3dfl fedavg
+#    fjord). Resumed from P1_IN (run folders an earlier session brought back, carried in; mind
+#    the 64 MiB a call carries: the Ideal runs' checkpoints are the largest, so carry one
+#    setting a session); the folders come back as pieces of an archive (the end of this script)
 if stage 7; then
   mkdir -p "$OUT/pa3dfl-t1"
   [ -n "${P1_IN:-}" ] && cp -r "$P1_IN"/. "$OUT/pa3dfl-t1/"
   left=$(( ${T_END:-570} - SECONDS ))
-  if [ "$left" -gt 120 ]; then
-    timeout "$(( left - 20 ))" python3 benchmarks/reproduce_pa3dfl_table1.py --methods pa3dfl fedavg fjord \
-      --settings hetero ideal --seeds 0 --workers 1 --device cuda --out "$OUT/pa3dfl-t1" \
-      --max-minutes "$(( (left - 90) / 60 ))" > "$OUT/pa3dfl-t1.json" 2> "$OUT/pa3dfl-t1.log"
+  if [ "$left" -gt 150 ]; then
+    for s7 in ${P1_SETTINGS:-hetero}; do
+      for m7 in ${P1_METHODS:-pa3dfl fedavg fjord}; do
+        timeout "$(( left - 20 ))" python3 benchmarks/reproduce_pa3dfl_table1.py --methods "$m7" \
+          --settings "$s7" --seeds 0 --workers 1 --device cuda --out "$OUT/pa3dfl-t1" \
+          --checkpoint-every 5 --max-minutes "$(( (left - 100) / 60 ))" \
+          > "$OUT/pa3dfl-t1-$s7-$m7.json" 2> "$OUT/pa3dfl-t1-$s7-$m7.log" &
+      done
+    done
+    wait
   fi
 fi
 # 8. HyperFL's Table 3 rerun (issue 23): its 20-client Table 1 run trained on the GPU (seed 0, the
