@@ -7,23 +7,24 @@ client runs as one ``torch.func.vmap`` over ``functional_call``; the SGD state (
 buffers) is stacked the same way. What it runs is :class:`~flcore.algorithms.base.VectorJob`,
 the local work of the algorithms that declare ``vectorized`` (FedAvg, FedProx, Local-only,
 Ditto, DP-FedAvg with record-level or client-level DP, HyperFL, pFedHN and pFedHN-PC, whose
-generated models share one architecture, and Pa3dFL by width): E epochs of SGD with momentum
-and weight decay on the cross-entropy of the algorithm's ``vector_model``, from a start point,
-on all its parameters or a named part, with a proximal gradient (FedProx's, Ditto's personal
-objective), per-group gradient clipping and DP-SGD as options, and further trainings on the same
-client generator where the algorithm has them (Ditto: the global model, then the personal one,
-which is judged; HyperFL: the head on the generated extractor, then the hypernetwork and the
-embedding from where the first left off). Other algorithms keep the loop (``executor: auto``) or
-are refused (``executor: vectorized``) with the reason, before any round.
+generated models share one architecture, and Pa3dFL, padded to full width): E epochs of SGD
+with momentum and weight decay on the cross-entropy of the algorithm's ``vector_model``, from
+a start point, on all its parameters or a named part, with a proximal gradient (FedProx's,
+Ditto's personal objective), per-group gradient clipping and DP-SGD as options, and further
+trainings on the same client generator where the algorithm has them (Ditto: the global model,
+then the personal one, which is judged; HyperFL: the head on the generated extractor, then the
+hypernetwork and the embedding from where the first left off). Other algorithms keep the loop
+(``executor: auto``) or are refused (``executor: vectorized``) with the reason, before any
+round.
 
-Clients that train different architectures form groups (``Algorithm.vector_group``: Pa3dFL's
-width); each group has its own network and is stacked apart, group after group in the order of
-its first client. An algorithm whose objective is not the cross-entropy of logits
-(``Algorithm.vector_objective``: Pa3dFL's two heads and Eq. 32) gives a network whose forward
-pass is the masked batch loss; it evaluates its clients itself in ``vector_result``, on the data
-the executor hands it on evaluation rounds (the evaluation's time counts in the client's
-seconds). Parameters may step at a multiple of the learning rate (``VectorJob.lr_scale``, the
-loop's parameter groups): the fused step runs once per rate.
+All of a round's clients train one network: clients of smaller architectures are embedded in
+it by the algorithm (Pa3dFL: each width's tensors zero-padded to the full width, whose extra
+channels then compute zeros and get zero gradients). An algorithm whose objective is not the
+cross-entropy of logits (``Algorithm.vector_objective``: Pa3dFL's two heads and Eq. 32) gives a
+network whose forward pass is the masked batch loss; it evaluates its clients itself in
+``vector_result``, on the data the executor hands it on evaluation rounds (the evaluation's
+time counts in the client's seconds). Parameters may step at a multiple of the learning rate
+(``VectorJob.lr_scale``, the loop's parameter groups): the fused step runs once per rate.
 
 The same arithmetic as the loop, step for step:
 - Batches are each client's own: its generator (``client_generator``) draws the epoch orders
@@ -73,7 +74,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -159,34 +160,19 @@ class VectorizedExecutor:
                 f"'vectorized' cannot run {self._alg.name} with DP-SGD: its objective is not "
                 "a per-record cross-entropy",
             )
-        self._nets: dict[Hashable, _Net] = {}
-        self._use(None)
-        self._logged_chunk: int | None = None
-
-    def _use(self, group: Hashable) -> None:
-        """Make ``group``'s network (:meth:`Algorithm.vector_group`) the one the chunks run."""
-        if group not in self._nets:
-            self._nets[group] = _Net(self._alg.vector_model(group).to(self.device), self._alg)
-        net = self._nets[group]
+        net = _Net(self._alg.vector_model().to(self.device), self._alg)
         self._model, self._names, self._frozen, self._keys = (
             net.model,
             net.names,
             net.frozen,
             net.keys,
         )
+        self._logged_chunk: int | None = None
 
     # ------------------------------------------------------------------ executor protocol
     def map(self, tasks: Iterable[ClientTask]) -> Iterator[ClientResult]:
-        """Each group's clients (one architecture) in chunks, group after group in the order
-        of their first client; within a group, in the tasks' order."""
-        groups: dict[Hashable, list[ClientTask]] = {}
-        for task in tasks:
-            groups.setdefault(self._alg.vector_group(task), []).append(task)
-        for group, members in groups.items():
-            self._use(group)
-            yield from self._map_group(members)
-
-    def _map_group(self, tasks: list[ClientTask]) -> Iterator[ClientResult]:
+        """The round's clients in chunks, in the tasks' order."""
+        tasks = list(tasks)
         chunk = self.chunk or max(1, len(tasks))
         i = 0
         while i < len(tasks):

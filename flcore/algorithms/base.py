@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -331,16 +331,11 @@ class Algorithm(ABC):
     #: leaves the clients' evaluation to :meth:`vector_result`, which receives their data
     vector_objective: bool = False
 
-    def vector_group(self, task: ClientTask) -> Hashable:
-        """The group of clients that train one architecture (default: all of them); the
-        executor stacks each group apart (Pa3dFL: one group per width)."""
-        return None
-
-    def vector_model(self, group: Hashable = None) -> nn.Module:
+    def vector_model(self) -> nn.Module:
         """The network the vectorized executor calls functionally with each client's stacked
-        parameters (default: the model spec's network), for the clients of ``group`` (see
-        :meth:`vector_group`); its parameter names are ``VectorJob.start``'s, and those it does
-        not train are held (``requires_grad`` off)."""
+        parameters (default: the model spec's network), one for all of a round's clients; its
+        parameter names are ``VectorJob.start``'s, and those it does not train are held
+        (``requires_grad`` off)."""
         return seeded((self.seed, 0x1417), self.model_spec).to(self.device)
 
     def vector_keys(self, model: nn.Module) -> list[str] | None:

@@ -27,7 +27,7 @@ protocol) reports ``epsilon = inf``, its guarantee, and the shared part's spend 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -280,7 +280,7 @@ class FedAvg(Algorithm):
             return "its clients train models of several widths"
         return None
 
-    def vector_model(self, group: Hashable = None) -> nn.Module:
+    def vector_model(self) -> nn.Module:
         return self.client_model()
 
     def vector_keys(self, model: nn.Module) -> list[str] | None:

@@ -62,7 +62,7 @@ this way.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -216,7 +216,7 @@ class HyperFL(Algorithm):
         return torch.stack([client_states[i]["embedding"] for i in ids]).numpy()
 
     # ------------------------------------------------------------------ vectorized rounds
-    def vector_model(self, group: Hashable = None) -> nn.Module:
+    def vector_model(self) -> nn.Module:
         hnet, model = self._new_hypernet(), seeded((self.seed, 0x1417), self.model_spec)
         p = self.params
         assert isinstance(p, HyperFLParams)

@@ -108,8 +108,9 @@ CASES = {
     # a clipping norm the local steps reach
     "pfedhn": {"algorithm": "pfedhn", "algorithm_params": {"max_grad_norm": 0.5}},
     "pfedhn_pc": {"algorithm": "pfedhn_pc", "algorithm_params": {"max_grad_norm": 0.5}},
-    # width groups (two clients at width 1), validation records for Algorithm 1's selection,
-    # the normalized head step, Eq. 32's term, and a clipping norm the local steps reach
+    # widths padded into the full network (two clients at width 1), validation records for
+    # Algorithm 1's selection, the normalized head step, Eq. 32's term, and a clipping norm the
+    # local steps reach
     "pa3dfl": {
         "algorithm": "pa3dfl",
         "model": "pa3dfl_cnn_fmnist",

@@ -108,18 +108,24 @@ Choices where the paper is silent, and deviations:
   step (``head_step: plain``, Algorithm 3 as printed): its CE goes 2.30, 2.22, 2.12, 2.45, 4.78
   by epoch, against 2.30, 2.22, 1.99, 1.83, 1.60 with the normalized step. The attack surface
   simulates the normalized step at the first round's lr.
-- The vectorized executor (``executor: vectorized``, issue 28) trains each width's clients as one
-  stacked group on the same objective (masked means over padded batches), U and V at their
+- The vectorized executor (``executor: vectorized``, issue 28) trains all of a round's clients
+  as one stack in the full-width network, each client's tensors zero-padded from its width (V's
+  blocks and inputs, biases and head columns past the width's: the width-p network is the full
+  one's sub-network on the first channels, so the padded channels compute zeros and, behind a
+  ReLU at 0 and zero next-layer weights, get zero gradients; the trained tensors are cut back
+  to the width), on the same objective (masked means over padded batches), U and V at their
   layer's ``step_scale`` and the rest at lr, clipped as the loop clips; equal to the loop within
-  1e-9 in float64 (``tests/unit/test_vectorized.py``). Evaluation rounds' model selection
-  (Algorithm 1) and test metrics run client by client, the loop's code, after the training.
+  1e-9 in float64 (``tests/unit/test_vectorized.py``). Session 23 stacked each width apart,
+  which left a GPU launch-bound ten times over (1.17x the loop on an H100, BENCHMARKS.md).
+  Evaluation rounds' model selection (Algorithm 1) and test metrics run client by client, the
+  loop's code, after the training.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -460,6 +466,27 @@ def two_head_loss(
     return mean(ce) + mean(F.cross_entropy(local, y, reduction="none"))
 
 
+def _padded(t: torch.Tensor, shape: torch.Size, key: str) -> torch.Tensor:
+    """``t`` (a width-p tensor) as the leading block of a zero tensor of the full-width
+    ``shape``: a width-p network is the full one's sub-network on the first channels of every
+    layer (flcore.algorithms.widths.decomposed), so the padded channels compute zeros and get
+    zero gradients (a ReLU passes none at 0, and the next layer's padded inputs are zero)."""
+    if t.dim() != len(shape) or any(a > b for a, b in zip(t.shape, shape, strict=True)):
+        raise ValueError(f"pa3dfl: {key} of shape {tuple(t.shape)} is not within {tuple(shape)}")
+    if t.shape == shape:
+        return t
+    out = t.new_zeros(shape)
+    out[tuple(slice(0, n) for n in t.shape)] = t
+    return out
+
+
+def _prefix(t: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """The leading ``shape`` block of ``t`` (undoes :func:`_padded`)."""
+    if t.shape == shape:
+        return t
+    return t[tuple(slice(0, n) for n in shape)].clone()
+
+
 class _VectorObjective(nn.Module):
     """A width's client objective for the vectorized executor (``Algorithm.vector_objective``):
     ``forward(x, y, mask)`` is Algorithm 3's loss of a padded batch, the two heads' and Eq. 32's;
@@ -513,7 +540,7 @@ class Pa3dFL(Algorithm):
     reports = Algorithm.reports - {"global_accuracy"}
     Params = Pa3dFLParams
     capacity_aware = True
-    vectorized = True  # by width group, with its own objective (vector_objective)
+    vectorized = True  # padded to full width, with its own objective (vector_objective)
     vector_objective = True
 
     # ------------------------------------------------------------------ structure
@@ -757,17 +784,12 @@ class Pa3dFL(Algorithm):
         return ClientResult(task.client_id, len(data.train), upload, personal, metrics)
 
     # ------------------------------------------------------------------ vectorized rounds
-    def vector_group(self, task: ClientTask) -> Hashable:
-        """One group per width: the clients of a width train one architecture."""
-        return self.client_width(task.client_id)
-
-    def vector_model(self, group: Hashable = None) -> nn.Module:
-        """The width's decomposed network inside its objective (``group``: the width; None:
-        full width). The executor's copy of the algorithm keeps it, to set the round's
-        ``head_lr`` in :meth:`vector_job`."""
-        width = 1.0 if group is None else float(group)  # type: ignore[arg-type]
-        model = _VectorObjective(self.build_net(width), self.params.reg_lambda)  # type: ignore[attr-defined]
-        self._cache().setdefault("objectives", {})[width] = model
+    def vector_model(self) -> nn.Module:
+        """The full-width decomposed network inside its objective: every client trains in it,
+        its tensors zero-padded from its width (:meth:`vector_job`). The executor's copy of the
+        algorithm keeps it, to set the round's ``head_lr`` in :meth:`vector_job`."""
+        model = _VectorObjective(self.build_net(1.0), self.params.reg_lambda)  # type: ignore[attr-defined]
+        self._cache()["objective"] = model
         return model
 
     def vector_keys(self, model: nn.Module) -> list[str] | None:
@@ -778,10 +800,10 @@ class Pa3dFL(Algorithm):
         """Algorithm 3's epochs: U and V of each layer at ``lr x step_scale``, biases and the
         local head at lr (the loop's parameter groups), clipped over all of them where
         ``max_grad_norm`` is set."""
-        width = self.client_width(task.client_id)
-        objective = self._cache()["objectives"][width]
+        objective = self._cache()["objective"]
         objective.head_lr = self._head_lr(task.round)
         start, keys = self._start(task, objective.net)
+        full = objective.net.state_dict()
         scale = tuple(
             (f"net.{q.key}.{part}", step_scale(q)) for q in objective.net.plans for part in "UV"
         )
@@ -791,7 +813,7 @@ class Pa3dFL(Algorithm):
             trained = tuple(k for k, p in objective.named_parameters() if p.requires_grad)
             clip = ((trained, max_norm),)
         return VectorJob(
-            start={f"net.{k}": start[k] for k in keys},
+            start={f"net.{k}": _padded(start[k], full[k].shape, k) for k in keys},
             lr=self.training.lr_at(task.round),
             lr_scale=scale,
             clip=clip,
@@ -808,9 +830,13 @@ class Pa3dFL(Algorithm):
     ) -> ClientResult:
         """What ``local_update`` returns; on an evaluation round the loop's evaluation (the
         received model, then Algorithm 1's selection) on the client's data."""
-        trained = {k.removeprefix("net."): v for k, v in weights.items()}
         width = self.client_width(task.client_id)
         net = self._net(width)
+        shapes = {k: v.shape for k, v in net.state_dict().items()}
+        trained = {
+            k: _prefix(v, shapes[k])
+            for k, v in ((k.removeprefix("net."), v) for k, v in weights.items())
+        }
         if task.evaluate:
             assert data is not None, "the executor gives an evaluation round's client data"
             start = dict(task.payload) | dict(task.state or {})
