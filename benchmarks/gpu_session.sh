@@ -48,7 +48,7 @@ stage 4 && timeout "${T_DET:-150}" python3 $B --parts rounds repeatable --cases 
   --clients 20 --rounds 2 --deterministic 1 0 --executors $EXECUTORS --out "$OUT/deterministic.json" \
   > "$OUT/deterministic.log" 2>&1
 # 6. Pa3dFL (its Table 1 Hetero config, every client every round): loop against vectorized
-#    (one stacked group per width), 20 and 100 clients
+#    (every width zero-padded into one full-width stack since session 24), 20 and 100 clients
 stage 6 && timeout "${T_PA3DFL:-240}" python3 $B --parts rounds --cases pa3dfl --clients 20 100 --rounds 2 \
   --deterministic 0 --out "$OUT/pa3dfl.json" > "$OUT/pa3dfl.log" 2>&1
 # 10. LoDMeta's image leakage under a stronger IG (issue 26: 10,000 iterations, HyperFL's
@@ -73,9 +73,9 @@ if stage 5; then
   fi
 fi
 # 7. Pa3dFL's Table 1 phase 1 (issue 24: Pa3dFL, FedAvg, FjORD, seed 0, 500 rounds) in the time
-#    left, one process per run side by side (a Pa3dFL round leaves the GPU idle most of the
-#    time: its width groups are launch-bound; session 24 measured 7.8 s a round, evaluated every
-#    round, for one run alone), P1_SETTINGS (default hetero) x P1_METHODS (default pa3dfl fedavg
+#    left, one process per run side by side (a round leaves the GPU idle much of the time:
+#    session 24 measured 7.8 s a Pa3dFL round, evaluated every round, for one run alone, with
+#    the launch-bound per-width stacks since replaced by one padded stack), P1_SETTINGS (default hetero) x P1_METHODS (default pa3dfl fedavg
 #    fjord). Resumed from P1_IN (run folders an earlier session brought back, carried in; mind
 #    the 64 MiB a call carries: the Ideal runs' checkpoints are the largest, so carry one
 #    setting a session); the folders come back as pieces of an archive (the end of this script)
