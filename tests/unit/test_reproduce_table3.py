@@ -1,0 +1,44 @@
+"""benchmarks/reproduce_table3.py keeps IG's optimisation state beside the round's result while
+the attack runs (so a killed attack resumes) and removes it once the result is written."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "reproduce_table3.py"
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, out: Path, *, keep_state: bool) -> dict:  # type: ignore[type-arg]
+    args = ["--methods", "fedavg", "--attack-rounds", "1", "--iterations", "3", "--images", "1"]
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *args, "--out", str(out)])
+    mod = runpy.run_path(str(SCRIPT), run_name="reproduce_table3")
+    if keep_state:  # what a kill after the attack's last save leaves behind
+        monkeypatch.setitem(mod["attack_one"].__globals__, "shutil", _NoRemove())
+    mod["main"]()
+    return json.loads((out / "ig-fedavg-r1.json").read_text())
+
+
+class _NoRemove:
+    @staticmethod
+    def rmtree(*_args: object, **_kwargs: object) -> None:
+        pass
+
+
+def test_the_attack_state_is_saved_beside_the_result_and_removed_after(
+    data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kept = _run(monkeypatch, tmp_path / "kept", keep_state=True)
+    states = list((tmp_path / "kept" / "ig-fedavg-r1.state").glob("ig-*.pt"))
+    assert len(states) == 1
+    assert torch.load(states[0], weights_only=False)["iteration"] == 3
+    assert kept["round"] == 1 and kept["leak_images"] == 1
+    monkeypatch.undo()
+    clean = _run(monkeypatch, tmp_path / "clean", keep_state=False)
+    assert not (tmp_path / "clean" / "ig-fedavg-r1.state").exists()
+    assert clean["leak_psnr"] == kept["leak_psnr"]  # the same attack, state kept or not
