@@ -82,7 +82,7 @@ def problem_digest(problem: Problem, **params: object) -> str:
         for k in sorted(t):
             v = t[k].detach().to("cpu").contiguous()
             h.update(f"{k}:{v.dtype}:{tuple(v.shape)}".encode())
-            h.update(v.view(torch.uint8).numpy().tobytes())
+            h.update(v.reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()[:24]
 
 
