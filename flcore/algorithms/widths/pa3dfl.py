@@ -833,10 +833,8 @@ class Pa3dFL(Algorithm):
         width = self.client_width(task.client_id)
         net = self._net(width)
         shapes = {k: v.shape for k, v in net.state_dict().items()}
-        trained = {
-            k: _prefix(v, shapes[k])
-            for k, v in ((k.removeprefix("net."), v) for k, v in weights.items())
-        }
+        named = {k.removeprefix("net."): v for k, v in weights.items()}
+        trained = {k: _prefix(v, shapes[k]) for k, v in named.items()}
         if task.evaluate:
             assert data is not None, "the executor gives an evaluation round's client data"
             start = dict(task.payload) | dict(task.state or {})
