@@ -103,7 +103,12 @@ class PrivacyConfig(_Strict):
     delta: float = Field(1e-5, gt=0, lt=1)
     clip: float = Field(0.04, gt=0, description="per-sample (dpsgd) or per-update (client) norm")
     accountant: Literal["rdp", "prv", "pld"] = "rdp"
-    max_noise_multiplier: float = Field(100.0, gt=0)
+    max_noise_multiplier: float = Field(
+        1000.0,
+        gt=0,
+        description="calibration gives up above this sigma (a target that needs more fails the "
+        "config); high enough that every corner of the shipped search spaces is met",
+    )
     client_sampling: Literal["poisson", "fixed"] = Field(
         "poisson",
         description="client-level DP: poisson (q = client_fraction, add/remove) or fixed "

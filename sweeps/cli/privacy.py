@@ -93,7 +93,7 @@ def privacy_sigma(
     steps: Annotated[int, typer.Option(help="number of noisy steps")],
     delta: Annotated[float, typer.Option(help="delta")] = 1e-5,
     accountant: Annotated[AccountantChoice, typer.Option(help="accountant")] = AccountantChoice.rdp,
-    max_noise_multiplier: Annotated[float, typer.Option(help="give up above this sigma")] = 100.0,
+    max_noise_multiplier: Annotated[float, typer.Option(help="give up above this sigma")] = 1000.0,
     population: Annotated[int | None, typer.Option(help=_POPULATION_HELP, min=1)] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:

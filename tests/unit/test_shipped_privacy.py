@@ -66,3 +66,25 @@ def test_the_papers_sigma_under_the_whole_run_target_is_refused_by_name() -> Non
     cfg = load_config(CONFIGS / "fedhkd" / "fmnist_fedhkd_dp.yaml", ["algorithm_params.sigma=7"])
     with pytest.raises(ConfigError, match=r"target_epsilon.*fixed releases that alone spend 9\.1"):
         resolve_privacy(cfg, build_data(cfg))
+
+
+#: the hardest corner of search_spaces/dp.py per space: the lowest target and delta, the most
+#: local epochs (fedavg_space), every client every round
+DP_CORNERS = {
+    "dp_fedavg": ("dp_fedavg_fmnist.yaml", ["local_epochs=5"]),
+    "ppsgd": ("ppsgd_fmnist.yaml", ["local_epochs=5"]),
+    "centaur": ("centaur_fmnist.yaml", ["local_epochs=5", "algorithm_params.head_epochs=5"]),
+    "dp_fedavg_client": (
+        "dp_fedavg_fmnist.yaml",
+        ["algorithm=dp_fedavg_client", "privacy.mechanism=client", "client_fraction=1.0"],
+    ),
+}
+
+
+@pytest.mark.parametrize("space", sorted(DP_CORNERS))
+def test_the_hardest_corner_of_each_dp_space_is_reachable(space: str) -> None:
+    name, over = DP_CORNERS[space]
+    cfg = load_config(CONFIGS / name, [*over, "privacy.target_epsilon=0.5", "privacy.delta=1e-6"])
+    assert cfg.algorithm == space
+    settings = resolve_privacy(cfg, build_data(cfg))
+    assert settings is not None and settings.noise_multiplier > 10  # a real, hard corner
