@@ -4,6 +4,7 @@
 # $OUT as it goes, so a stage that runs over still leaves the ones before it.
 #
 #   OUT=/tmp/gpu WHEELS=.whl FMNIST_GZ=.gpudata STAGES="1 2 3 4 5 6 7 8 9 10" bash benchmarks/gpu_session.sh
+#   (stage 8 for the methods issue 23 still owes: T3_METHODS="ppsgd pfedhn" T3_ROUNDS="first 51 middle last")
 #
 # WHEELS: a folder of wheels to install first (pydantic, pydantic-core, annotated-types,
 #   typing-inspection, typing-extensions, opacus, dp-accounting, dm-tree where absent);
@@ -95,19 +96,30 @@ if stage 7; then
     wait
   fi
 fi
-# 8. HyperFL's Table 3 rerun (issue 23): its 20-client Table 1 run trained on the GPU (seed 0, the
-#    checkpoints IG attacks kept), then IG (10,000 iterations, 10 records) at the rounds T3_ROUNDS
-#    (default: first and 51), one JSON a round back in $OUT/table3 (reused when carried in T3_IN)
+# 8. HyperFL's Table 3 rerun (issue 23) for the methods T3_METHODS (default: hyperfl; ppsgd is its
+#    paper protocol, run folder ppsgd-paper-protocol-20-s0, as reproduce_table3.py's RUNS): each
+#    one's 20-client Table 1 run trained on the GPU (seed 0, the checkpoints IG attacks kept),
+#    then IG (10,000 iterations, 10 records) at the rounds T3_ROUNDS (default: first and 51), one
+#    JSON a round back in $OUT/table3 (reused when carried in T3_IN)
 if stage 8; then
   mkdir -p "$OUT/table3"
   [ -n "${T3_IN:-}" ] && cp -r "$T3_IN"/. "$OUT/table3/"
-  left=$(( ${T_END:-570} - SECONDS ))
-  if [ "$left" -gt 120 ]; then
-    timeout "$(( left - 10 ))" bash -c "python3 benchmarks/reproduce_table1.py --methods hyperfl --clients 20 \
-      --seeds 0 --workers 1 --device cuda --keep 50 99 199 --out /tmp/t1-20 > '$OUT/table3-t1.json' 2> '$OUT/table3-t1.log' &&
-      python3 benchmarks/reproduce_table3.py --methods hyperfl --device cuda --table1 /tmp/t1-20 \
-      --out '$OUT/table3' --attack-rounds ${T3_ROUNDS:-first 51} > '$OUT/table3.json' 2> '$OUT/table3.log'"
-  fi
+  for m in ${T3_METHODS:-hyperfl}; do
+    left=$(( ${T_END:-570} - SECONDS ))
+    [ "$left" -gt 120 ] || break
+    case $m in
+      ppsgd) t1=(--methods ppsgd --set algorithm_params.personal_dp=false --label paper-protocol) ;;
+      *) t1=(--methods "$m") ;;
+    esac
+    timeout "$(( left - 10 ))" python3 benchmarks/reproduce_table1.py "${t1[@]}" --clients 20 --seeds 0 \
+      --workers 1 --device cuda --keep 50 99 199 --out /tmp/t1-20 > "$OUT/table3-t1-$m.json" \
+      2> "$OUT/table3-t1-$m.log" || continue
+    left=$(( ${T_END:-570} - SECONDS ))
+    [ "$left" -gt 30 ] || break
+    timeout "$(( left - 10 ))" python3 benchmarks/reproduce_table3.py --methods "$m" --device cuda \
+      --table1 /tmp/t1-20 --out "$OUT/table3" --attack-rounds ${T3_ROUNDS:-first 51} \
+      > "$OUT/table3-$m.json" 2> "$OUT/table3-$m.log"
+  done
 fi
 tail -n 3 "$OUT"/*.log
 # A device call brings back at most 8 files of 16 MiB each (64 MiB in all), two folders down:
