@@ -45,6 +45,7 @@ from _runs import runs_dir  # noqa: E402
 
 from analysis.paper import ATTACK  # noqa: E402
 from flcore.algorithms import ALGORITHMS, ClientTask  # noqa: E402
+from flcore.attacks.evaluation import informative_scores  # noqa: E402
 from flcore.attacks.signal import rounding_floor  # noqa: E402
 from flcore.config import SYMBOLIC_ROUNDS, load_config, resolve_round  # noqa: E402
 from flcore.experiment import build_data, build_engine  # noqa: E402
@@ -74,6 +75,9 @@ def _run(method: str) -> tuple[str, str, list[str]]:
     return RUNS.get(method, (method, f"{method}-20-s0", []))
 
 
+#: decoys per record of ``leak_identified`` (AttackSettings' default, which these runs use)
+IDENTIFY_K = 20
+
 #: what a re-check keeps of a saved record (the attack's own scores)
 KEPT = (
     "psnr",
@@ -82,7 +86,6 @@ KEPT = (
     "psnr_baseline",
     "ssim_baseline",
     "identified",
-    "informative",
 )
 
 
@@ -118,11 +121,12 @@ def _gradient_check(engine, evaluator, task) -> list[dict]:  # type: ignore[no-u
     from flcore.data import normalize
 
     observations, truths = evaluator.observe(engine, task.round, task)
+    carried = evaluator.informative_flags(engine, task.round, task)
     rows = []
     state = task.state if isinstance(task.state, dict) else {}
     scores = evaluator.records or [None] * len(observations)
-    for obs, rec, score in zip(observations, truths, scores, strict=True):
-        row = {"label": int(rec.labels[0])}
+    for obs, rec, score, informative in zip(observations, truths, scores, carried, strict=True):
+        row = {"label": int(rec.labels[0]), "informative": informative}
         if score is not None:
             row |= {"psnr": round(score.psnr, 2), "ssim": round(score.ssim, 4)}
             if score.embedding_cos is not None:
@@ -132,7 +136,6 @@ def _gradient_check(engine, evaluator, task) -> list[dict]:  # type: ignore[no-u
                     "psnr_baseline": round(score.psnr_base, 2),
                     "ssim_baseline": round(score.ssim_base, 4),
                     "identified": score.identified,
-                    "informative": score.informative,
                 }
         surface = obs.surface
         target = obs.target()
@@ -198,6 +201,8 @@ def attack_one(method: str, attack: str, attacked: int, args: argparse.Namespace
                 {k: v for k, v in o.items() if k in KEPT} | new
                 for o, new in zip(old, _recheck(method, cached, args), strict=True)
             ]
+            # the re-decided records' informative scores (from the saved per-record scores)
+            cached |= informative_scores(cached["records"], IDENTIFY_K)
             out.write_text(json.dumps(cached, indent=1))
         return cached
     algorithm, run, extra = _run(method)

@@ -26,8 +26,9 @@ too when labels are given), and
 - ``leak_psnr_baseline``, ``leak_ssim_baseline``: the mean baselines, for reference.
 
 Informative uploads (:mod:`flcore.attacks.signal`): ``leak_informative`` counts the records
-whose own noise-free replayed update implies a gradient above twice the float32 rounding
-floor. The noise-free replay is a second instance of the algorithm built from the same factory
+whose own noise-free replayed update differs from its record-free replay (the same update with
+no gradient from any record) in what the attack reads. The noise-free replay is a second
+instance of the algorithm built from the same factory
 keyword arguments with ``privacy.noise_multiplier`` set to 0: the same clipping, the same
 client stream (DP-SGD draws its noise even at sigma 0, so record sampling is unchanged), no
 noise; without DP the attacked upload itself is used. ``leak_psnr_gain_informative`` and
@@ -67,7 +68,7 @@ from flcore.algorithms.base import ALGORITHMS, ClientData, ClientTask
 from flcore.attacks.base import ATTACKS, Observation
 from flcore.attacks.baselines import RecordPrior, baseline_scores, chance_corrected, identify
 from flcore.attacks.metrics import LPIPS, match_to_truth, psnr, ssim
-from flcore.attacks.signal import INFORMATIVE_FACTOR, implied_gradient_norm, rounding_floor
+from flcore.attacks.signal import carries_record, record_free
 from flcore.data import ArrayDataset, FederatedData
 from flcore.executor import AlgorithmFactory, client_generator, one_torch_thread
 
@@ -77,6 +78,7 @@ __all__ = [
     "LEAK_METRICS",
     "NOTHING_UPLOADED",
     "NOTHING_UPLOADED_LEAKAGE",
+    "informative_scores",
 ]
 
 NOTHING_UPLOADED = "nothing uploaded"
@@ -193,6 +195,45 @@ def _calibrated(records: Sequence[_Record]) -> dict[str, float | None]:
             [r.chance for r in tested],  # type: ignore[misc]
         ),
     }
+
+
+def _informative_part(records: Sequence[_Record]) -> dict[str, float | None]:
+    """``leak_informative`` and the ``*_informative`` scores of ``records``."""
+    decided = [r for r in records if r.informative is not None]
+    informative = [r for r in decided if r.informative]
+    cal = _calibrated(informative) if informative else {}
+    return {
+        "leak_informative": float(len(informative)) if decided else None,
+        "leak_psnr_gain_informative": cal.get("leak_psnr_gain"),
+        "leak_identified_informative": cal.get("leak_identified"),
+    }
+
+
+def informative_scores(
+    records: Sequence[Mapping[str, Any]], identify_k: int
+) -> dict[str, float | None]:
+    """``leak_informative`` and the ``*_informative`` scores recomputed from saved per-record
+    scores (keys ``psnr``, ``ssim``, ``psnr_baseline``, ``ssim_baseline``, ``identified``,
+    ``informative``), as :meth:`LeakageEvaluator.summary` computes them: for a saved result
+    whose records were re-decided (benchmarks/reproduce_table3.py ``--check-cached``)."""
+    chance = 1.0 / (identify_k + 1)
+    recs = [
+        _Record(
+            0,
+            0,
+            r["psnr"],
+            r["ssim"],
+            None,
+            None,
+            psnr_base=r.get("psnr_baseline"),
+            ssim_base=r.get("ssim_baseline"),
+            identified=r.get("identified"),
+            chance=chance if r.get("identified") is not None else None,
+            informative=r.get("informative"),
+        )
+        for r in records
+    ]
+    return _informative_part(recs)
 
 
 class LeakageEvaluator:
@@ -315,7 +356,6 @@ class LeakageEvaluator:
         ids = np.asarray(data.train.client_indices[cid], dtype=np.int64)
         picks = self._draw(round, cid, len(train))
         surface = engine.algorithm.attack_surface(task.payload, cid)
-        floor = rounding_floor(surface.start, float(self.training.lr) * s.local_steps)
         out = []
         for start in range(0, len(picks), s.batch):
             idx = torch.from_numpy(picks[start : start + s.batch])
@@ -335,11 +375,16 @@ class LeakageEvaluator:
             with one_torch_thread():
                 result = self._replayer.local_update(cdata, replay_task, client_generator(*stream))
                 clean = result.upload
+                decider = self._clean_replayer or self._replayer
                 if self._clean_replayer is not None:
-                    clean = self._clean_replayer.local_update(
+                    clean = decider.local_update(
                         cdata, replay_task, client_generator(*stream)
                     ).upload
-            norm = implied_gradient_norm(surface, clean, self.training, s.local_steps)
+                with record_free():
+                    free = decider.local_update(
+                        cdata, replay_task, client_generator(*stream)
+                    ).upload
+            informative = carries_record(surface, clean, free, self.training, s.local_steps)
             obs = Observation(
                 algorithm=engine.algorithm.name,
                 round=round,
@@ -355,7 +400,7 @@ class LeakageEvaluator:
                 labels=records.labels,
                 recover_labels=s.labels == "auto",
             )
-            out.append(_Upload(obs, records, ids[idx.numpy()], norm > INFORMATIVE_FACTOR * floor))
+            out.append(_Upload(obs, records, ids[idx.numpy()], informative))
         return out
 
     def observe(
@@ -365,6 +410,11 @@ class LeakageEvaluator:
         what the server sees of each replayed upload, with the records behind it."""
         uploads = self._replay(engine, round, task)
         return [u.observation for u in uploads], [u.records for u in uploads]
+
+    def informative_flags(self, engine: Any, round: int, task: ClientTask) -> list[bool | None]:
+        """Per replayed upload of ``task``'s client, whether it carries its record (the decision
+        ``leak_informative`` counts), without attacking."""
+        return [u.informative for u in self._replay(engine, round, task)]
 
     def _attack_client(self, engine: Any, round: int, task: ClientTask) -> None:
         cid = task.client_id
@@ -484,15 +534,7 @@ class LeakageEvaluator:
         out["leak_psnr_baseline"] = _mean([r.psnr_base for r in records if r.psnr_base is not None])  # type: ignore[misc]
         out["leak_ssim_baseline"] = _mean([r.ssim_base for r in records if r.ssim_base is not None])  # type: ignore[misc]
         out |= _calibrated(records)
-        decided = [r for r in records if r.informative is not None]
-        informative = [r for r in decided if r.informative]
-        out["leak_informative"] = float(len(informative)) if decided else None
-        if informative:
-            cal = _calibrated(informative)
-            out["leak_psnr_gain_informative"] = cal["leak_psnr_gain"]
-            out["leak_identified_informative"] = cal["leak_identified"]
-        else:
-            out["leak_psnr_gain_informative"] = out["leak_identified_informative"] = None
+        out |= _informative_part(records)
         return out
 
     def _worst_rounds(self, records: Sequence[_Record]) -> dict[str, float | None]:

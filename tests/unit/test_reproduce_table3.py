@@ -14,8 +14,9 @@ import torch
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "reproduce_table3.py"
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, out: Path, *, keep_state: bool) -> dict:  # type: ignore[type-arg]
+def _run(monkeypatch: pytest.MonkeyPatch, out: Path, *, keep_state: bool, extra=()) -> dict:  # type: ignore[type-arg,no-untyped-def]
     args = ["--methods", "fedavg", "--attack-rounds", "1", "--iterations", "3", "--images", "1"]
+    args += list(extra)
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), *args, "--out", str(out)])
     mod = runpy.run_path(str(SCRIPT), run_name="reproduce_table3")
     if keep_state:  # what a kill after the attack's last save leaves behind
@@ -42,3 +43,22 @@ def test_the_attack_state_is_saved_beside_the_result_and_removed_after(
     clean = _run(monkeypatch, tmp_path / "clean", keep_state=False)
     assert not (tmp_path / "clean" / "ig-fedavg-r1.state").exists()
     assert clean["leak_psnr"] == kept["leak_psnr"]  # the same attack, state kept or not
+
+
+def test_a_recheck_re_decides_which_uploads_carried_their_record(
+    data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = _run(monkeypatch, tmp_path, keep_state=False)
+    assert first["records"][0]["informative"] is True  # FedAvg's one-record step at round 1
+    assert first["leak_informative"] == 1.0
+    # a result saved under an older rule that called the upload empty
+    path = tmp_path / "ig-fedavg-r1.json"
+    old = first | {"leak_informative": 0.0, "leak_identified_informative": None}
+    old["records"] = [first["records"][0] | {"informative": False}]
+    path.write_text(json.dumps(old))
+    monkeypatch.undo()
+    again = _run(monkeypatch, tmp_path, keep_state=False, extra=["--check-cached"])
+    assert again["records"][0]["informative"] is True
+    assert again["leak_informative"] == 1.0
+    assert again["leak_identified_informative"] == first["leak_identified_informative"]
+    assert again["leak_psnr"] == first["leak_psnr"]  # the attack's own scores are kept

@@ -1,5 +1,6 @@
-"""Which uploads carry gradient: the float32 rounding floor, and the decision made on the
-noise-free replay of a DP upload (real FMNIST, real DP-SGD replays)."""
+"""Which uploads carry their record: the record-free replay, the float32 rounding floor (a
+diagnostic), and the decision made on the noise-free replay of a DP upload (real FMNIST, real
+DP-SGD replays)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from torch import nn
 
 from flcore.algorithms.base import ClientTask, LocalTraining
 from flcore.attacks import ModelSurface
-from flcore.attacks.signal import INFORMATIVE_FACTOR, implied_gradient_norm, rounding_floor
+from flcore.attacks.signal import (
+    carries_record,
+    implied_gradient_norm,
+    record_free,
+    rounding_floor,
+)
 from flcore.config import validate_config
 from flcore.experiment import build_data, build_engine
 
@@ -46,12 +52,62 @@ def test_a_gradientless_upload_reads_as_the_rounding_floor() -> None:
     # a gradient far below the floor: what the server reads is the rounding, at the floor
     tiny = implied_gradient_norm(surface, _step(start, 1e-3 * floor), TRAINING, 1)
     assert 0.8 < tiny / floor < 1.2
-    assert tiny < INFORMATIVE_FACTOR * floor
     # a gradient of 10 floors reads as itself
     clear = implied_gradient_norm(surface, _step(start, 10 * floor), TRAINING, 1)
     assert clear / floor == pytest.approx(10, rel=0.05)
     with pytest.raises(ValueError, match="step"):
         rounding_floor(start, 0.0)
+
+
+def _model(start: dict[str, torch.Tensor]) -> nn.Module:
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
+    model.load_state_dict(start)
+    return model
+
+
+def _sgd(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, scale: float
+) -> dict[str, torch.Tensor]:
+    """One float32 SGD step with weight decay on ``scale`` x the cross-entropy of ``(x, y)``."""
+    model.zero_grad()
+    (scale * nn.functional.cross_entropy(model(x), y)).backward()
+    with torch.no_grad():
+        return {k: v - LR * (v.grad + WD * v) for k, v in model.named_parameters()}
+
+
+def test_record_free_keeps_values_and_removes_only_the_records_gradient() -> None:
+    _, start = _surface()
+    model = _model(start)
+    x = torch.randn(1, 1, 28, 28, generator=torch.Generator().manual_seed(2))
+    with record_free():
+        out = model(x)
+        loss = nn.functional.cross_entropy(out, torch.tensor([3]))
+        prox = sum(p.pow(2).sum() for p in model.parameters())  # not through a forward pass
+        (loss + prox).backward()
+    assert torch.equal(out, model(x))  # the same values
+    for p in model.parameters():  # only the term no record put there is left
+        assert torch.equal(p.grad, 2 * p.detach())
+    assert model(x).requires_grad  # the hook is gone after the block
+
+
+def test_an_upload_carries_its_record_exactly_when_it_differs_from_the_record_free_one() -> None:
+    surface, start = _surface()
+    model = _model(start)
+    x = torch.randn(1, 1, 28, 28, generator=torch.Generator().manual_seed(2))
+    y = torch.tensor([3])
+    with record_free():
+        free = _sgd(model, x, y, 1.0)
+    floor = rounding_floor(start, LR)
+    full = _sgd(model, x, y, 1.0)
+    assert carries_record(surface, full, free, TRAINING, 1)
+    assert not carries_record(surface, _sgd(model, x, y, 0.0), free, TRAINING, 1)
+    # the case the old rule (above 2 floors) missed: a gradient of a third of the floor
+    model.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    g = sum(float(p.grad.pow(2).sum()) for p in model.parameters()) ** 0.5
+    weak = _sgd(model, x, y, floor / 3 / g)
+    assert implied_gradient_norm(surface, weak, TRAINING, 1) < 1.2 * floor
+    assert carries_record(surface, weak, free, TRAINING, 1)
 
 
 @pytest.fixture(scope="module")
@@ -83,13 +139,15 @@ def _informative(raw: dict[str, Any], data, **extra: Any) -> tuple[Any, Any]:  #
     return result.metrics["leak_informative"], engine.summary()["leak_informative"]
 
 
-@pytest.mark.parametrize(("clip", "expected"), [(1e-7, 0.0), (1e-2, 2.0)])
+@pytest.mark.parametrize(("clip", "expected"), [(1e-30, 0.0), (1e-7, 2.0), (1e-2, 2.0)])
 def test_dp_uploads_are_judged_by_their_noise_free_replay(
     raw: dict[str, Any], data, clip: float, expected: float
 ) -> None:  # type: ignore[no-untyped-def]
-    """Both settings' noisy uploads imply gradients far above the floor (noise std sigma x clip
-    per weight); only the clean update, clipped to 1e-7 (below the floor) or to 1e-2, tells
-    them apart."""
+    """The noisy uploads at clip 1e-7 and 1e-2 imply gradients far above the floor (noise std
+    sigma x clip per weight); only the clean update tells them apart. Clipped to 1e-30 it moves no
+    weight by half an ulp: the record-free update to the bit, nothing carried. Clipped to 1e-7
+    (below the rounding floor: the rule on the norm alone called it empty) it still moves some
+    weights' last bits, the record's direction: carried."""
     privacy = {"mechanism": "dpsgd", "noise_multiplier": 10.0, "clip": clip}
     cfg = raw | {"algorithm": "dp_fedavg", "privacy": privacy}
     engine = build_engine(validate_config(cfg), data=data)
@@ -98,7 +156,8 @@ def test_dp_uploads_are_judged_by_their_noise_free_replay(
     task = ClientTask(0, 1, alg.broadcast(1, 0), engine.client_states[0], False, 4)
     for obs in ev.observe(engine, 1, task)[0]:  # what the server sees: noise, far above
         floor = rounding_floor(obs.surface.start, LR)
-        assert implied_gradient_norm(obs.surface, obs.upload, obs.training, 1) > 20 * floor
+        noisy = implied_gradient_norm(obs.surface, obs.upload, obs.training, 1)
+        assert noisy > 20 * floor if clip >= 1e-7 else noisy < 1.2 * floor  # 1e-30: all rounding
     per_round, total = _informative(raw, data, **cfg)
     assert per_round == total == expected
 
