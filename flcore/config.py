@@ -663,7 +663,8 @@ def _check_attack(cfg: ExperimentConfig, a: AttackConfig, key: str = "attack") -
     if key == "attack" and not alg.attackable:
         raise ConfigError(
             key,
-            f"no gradient-inversion surface simulates {cfg.algorithm}'s upload yet: it cannot "
+            alg.attack_refusal
+            or f"no gradient-inversion surface simulates {cfg.algorithm}'s upload yet: it cannot "
             "be attacked (of the meta-learners, the random walk's lodmeta, lodmeta_basic and "
             "lodmeta_sgd can)",
         )

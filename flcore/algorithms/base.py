@@ -271,6 +271,9 @@ class Algorithm(ABC):
     #: gradient-inversion attacks can simulate its upload (``attack_surface``); False: an
     #: ``attack`` config is refused before any work
     attackable: ClassVar[bool] = True
+    #: why an ``attack`` config is refused, where the reason is this class's own (None: the
+    #: generic one, no surface simulates the upload)
+    attack_refusal: ClassVar[str | None] = None
     #: the vectorized executor (flcore.vectorized) may train this class's clients: their local
     #: work is :class:`VectorJob`'s (SGD from a start point, optional proximal term and
     #: DP-SGD). Read through :meth:`vectorizable`: each class declares it for itself, so a

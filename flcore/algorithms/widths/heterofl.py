@@ -93,6 +93,18 @@ class HeteroFL(SlicedWidthAlgorithm):
     """Nested width slicing with the Scaler and label-masked cross-entropy."""
 
     name = "heterofl"
+    # The leakage evaluation replays each attacked record alone; HeteroFL's loss is masked to
+    # the labels of the records it trains on, so over one record it is constant and the replay
+    # carries no gradient, where the real client's (masked to all its labels) does. A leakage
+    # figure would say nothing leaks, falsely: refused until the replay keeps the client's labels
+    # (tests/contract/test_attacks.py found it, session 25).
+    attackable = False
+    attack_refusal = (
+        "heterofl cannot be attacked yet: the leakage evaluation replays each record alone, and "
+        "HeteroFL's cross-entropy, masked to the replayed records' labels, has no gradient over "
+        "one record (the real client masks to all its labels), so every leakage figure would "
+        "read 0"
+    )
 
     def train_submodel(
         self, model: nn.Module, data: ClientData, task: ClientTask, generator: torch.Generator
