@@ -49,8 +49,8 @@ stage 4 && timeout "${T_DET:-150}" python3 $B --parts rounds repeatable --cases 
   --clients 20 --rounds 2 --deterministic 1 0 --executors $EXECUTORS --out "$OUT/deterministic.json" \
   > "$OUT/deterministic.log" 2>&1
 # 6. Pa3dFL (its Table 1 Hetero config, every client every round): loop against vectorized
-#    (every width zero-padded into one full-width stack since session 24), 20 and 100 clients
-stage 6 && timeout "${T_PA3DFL:-240}" python3 $B --parts rounds --cases pa3dfl --clients 20 100 --rounds 2 \
+#    (every width zero-padded into one full-width stack since session 24), P6_CLIENTS (20 and 100)
+stage 6 && timeout "${T_PA3DFL:-240}" python3 $B --parts rounds --cases pa3dfl --clients ${P6_CLIENTS:-20 100} --rounds 2 \
   --deterministic 0 --out "$OUT/pa3dfl.json" > "$OUT/pa3dfl.log" 2>&1
 # 10. LoDMeta's image leakage under a stronger IG (issue 26: 10,000 iterations, HyperFL's
 #     protocol, where the CPU could afford 1,000) at the walk's first visit, LoDMeta-basic (whose
