@@ -100,10 +100,14 @@ fi
 #    paper protocol, run folder ppsgd-paper-protocol-20-s0, as reproduce_table3.py's RUNS): each
 #    one's 20-client Table 1 run trained on the GPU (seed 0, the checkpoints IG attacks kept),
 #    then IG (10,000 iterations, 10 records) at the rounds T3_ROUNDS (default: first and 51), one
-#    JSON a round back in $OUT/table3 (reused when carried in T3_IN)
+#    JSON a round back in $OUT/table3 (reused when carried in T3_IN). T1_IN: Table 1 run folders
+#    trained elsewhere (the CPU queue), carried in so that only the attack runs here; a finished
+#    run needs checkpoint.pt, spent.json, metrics.jsonl and checkpoint-r50.pt, checkpoint-r99.pt
+#    (round 200 is attacked from checkpoint.pt); each run's metrics.jsonl comes back
 if stage 8; then
-  mkdir -p "$OUT/table3"
+  mkdir -p "$OUT/table3" /tmp/t1-20
   [ -n "${T3_IN:-}" ] && cp -r "$T3_IN"/. "$OUT/table3/"
+  [ -n "${T1_IN:-}" ] && cp -r "$T1_IN"/. /tmp/t1-20/
   for m in ${T3_METHODS:-hyperfl}; do
     left=$(( ${T_END:-570} - SECONDS ))
     [ "$left" -gt 120 ] || break
@@ -113,7 +117,10 @@ if stage 8; then
     esac
     timeout "$(( left - 10 ))" python3 benchmarks/reproduce_table1.py "${t1[@]}" --clients 20 --seeds 0 \
       --workers 1 --device cuda --keep 50 99 199 --out /tmp/t1-20 > "$OUT/table3-t1-$m.json" \
-      2> "$OUT/table3-t1-$m.log" || continue
+      2> "$OUT/table3-t1-$m.log"
+    t1ok=$?
+    for d in /tmp/t1-20/*/; do cp "$d/metrics.jsonl" "$OUT/table3-t1-$(basename "$d")-metrics.jsonl" 2>/dev/null; done
+    [ "$t1ok" -eq 0 ] || continue
     left=$(( ${T_END:-570} - SECONDS ))
     [ "$left" -gt 30 ] || break
     timeout "$(( left - 10 ))" python3 benchmarks/reproduce_table3.py --methods "$m" --device cuda \

@@ -80,6 +80,11 @@ def run_one(method: str, clients: int, seed: int, args: argparse.Namespace, dead
                     shutil.copyfile(ckpt, run_dir / f"checkpoint-r{result.round}.pt")
                 total = spent + time.perf_counter() - start
                 (run_dir / "spent.json").write_text(json.dumps({"seconds": total}))
+                print(
+                    f"{run_dir.name}: round {result.round}/{engine.rounds}, {total:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if result.round == args.until_round:  # a partial run, e.g. for the attacks
                     break
                 if time.time() > deadline and not last:
