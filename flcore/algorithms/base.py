@@ -114,6 +114,16 @@ class ClientData:
     val: ArrayDataset | None = None
     #: the public set every client shares (``public_samples``: FedMD's), or None
     public: ArrayDataset | None = None
+    #: the classes of the client's whole training set when ``train`` holds only some of its
+    #: records (the leakage evaluation's replay of the attacked records); None: ``train``'s own
+    train_classes: torch.Tensor | None = None
+
+    def classes(self) -> torch.Tensor:
+        """The classes the client's training set holds (sorted, ``train_classes`` when given):
+        a client property, such as HeteroFL's loss mask, not one of the batch at hand."""
+        if self.train_classes is not None:
+            return self.train_classes
+        return self.train.labels.unique()
 
 
 @dataclass(frozen=True)

@@ -368,6 +368,7 @@ class LeakageEvaluator:
                     data.info,
                     data.client_val(cid),
                     public=data.public_set(),
+                    train_classes=train.labels.unique(),
                 )
             )
             replay_task = replace(task, evaluate=False)

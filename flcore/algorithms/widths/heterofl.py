@@ -40,6 +40,10 @@ Choices where the paper is silent, and deviations:
   submodel; both unscaled (eval mode).
 - The attack surface is the client's submodel with the Scaler on (as it was trained) and plain
   cross-entropy: the server does not know the client's label set, so it cannot mask.
+- The leakage evaluation replays an attacked record alone; the replayed step masks the loss to
+  the client's whole label set (``ClientData.classes``), as the client's real step does, not to
+  the one record's label (over one class the masked loss is constant and its gradient zero, so
+  every leakage figure would read 0; session 25 refused HeteroFL an attack until this).
 - Pa3dFL Table 7: lr 0.05 (Ideal) / 0.1 (Hetero); no algorithm parameter. No DP mechanism.
 """
 
@@ -93,24 +97,13 @@ class HeteroFL(SlicedWidthAlgorithm):
     """Nested width slicing with the Scaler and label-masked cross-entropy."""
 
     name = "heterofl"
-    # The leakage evaluation replays each attacked record alone; HeteroFL's loss is masked to
-    # the labels of the records it trains on, so over one record it is constant and the replay
-    # carries no gradient, where the real client's (masked to all its labels) does. A leakage
-    # figure would say nothing leaks, falsely: refused until the replay keeps the client's labels
-    # (tests/contract/test_attacks.py found it, session 25).
-    attackable = False
-    attack_refusal = (
-        "heterofl cannot be attacked yet: the leakage evaluation replays each record alone, and "
-        "HeteroFL's cross-entropy, masked to the replayed records' labels, has no gradient over "
-        "one record (the real client masks to all its labels), so every leakage figure would "
-        "read 0"
-    )
 
     def train_submodel(
         self, model: nn.Module, data: ClientData, task: ClientTask, generator: torch.Generator
     ) -> float:
         present = torch.zeros(self.model_spec.num_classes, dtype=torch.bool, device=self.device)
-        present[data.train.labels.unique().to(self.device)] = True
+        # the client's label set, also when the leakage evaluation replays one of its records
+        present[data.classes().to(self.device)] = True
 
         def masked_ce(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             logits = net(x).masked_fill(~present, float("-inf"))
