@@ -120,8 +120,9 @@ def _gradient_check(engine, evaluator, task) -> list[dict]:  # type: ignore[no-u
     (``rounding_floor``), and the tailored attack's embedding cosine."""
     from flcore.data import normalize
 
-    observations, truths = evaluator.observe(engine, task.round, task)
-    carried = evaluator.informative_flags(engine, task.round, task)
+    uploads = evaluator.replay(engine, task.round, task)
+    observations, truths = [u.observation for u in uploads], [u.records for u in uploads]
+    carried = [u.informative for u in uploads]
     rows = []
     state = task.state if isinstance(task.state, dict) else {}
     scores = evaluator.records or [None] * len(observations)

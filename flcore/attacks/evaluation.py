@@ -78,6 +78,7 @@ __all__ = [
     "LEAK_METRICS",
     "NOTHING_UPLOADED",
     "NOTHING_UPLOADED_LEAKAGE",
+    "ReplayedUpload",
     "informative_scores",
 ]
 
@@ -165,7 +166,7 @@ class _Record:
 
 
 @dataclass
-class _Upload:
+class ReplayedUpload:
     """A replayed upload: what the server sees, the records behind it (their ids in the train
     split) and, per record, whether the noise-free update carries gradient."""
 
@@ -345,7 +346,10 @@ class LeakageEvaluator:
             self._prior = RecordPrior.from_pool(train.images, train.labels, pool)
         return self._prior
 
-    def _replay(self, engine: Any, round: int, task: ClientTask) -> list[_Upload]:
+    def replay(self, engine: Any, round: int, task: ClientTask) -> list[ReplayedUpload]:
+        """Replay ``task``'s client on its drawn records (``batch`` per upload): per upload,
+        what the server sees, the records behind it and whether it carries them (one replay
+        for both, where :meth:`observe` and :meth:`informative_flags` each replay)."""
         s, data = self.settings, engine.data
         cid = task.client_id
         if self._replayer is None:
@@ -401,7 +405,7 @@ class LeakageEvaluator:
                 labels=records.labels,
                 recover_labels=s.labels == "auto",
             )
-            out.append(_Upload(obs, records, ids[idx.numpy()], informative))
+            out.append(ReplayedUpload(obs, records, ids[idx.numpy()], informative))
         return out
 
     def observe(
@@ -409,17 +413,17 @@ class LeakageEvaluator:
     ) -> tuple[list[Observation], list[ArrayDataset]]:
         """Replay ``task``'s client on its drawn records (``batch`` per upload) and return
         what the server sees of each replayed upload, with the records behind it."""
-        uploads = self._replay(engine, round, task)
+        uploads = self.replay(engine, round, task)
         return [u.observation for u in uploads], [u.records for u in uploads]
 
     def informative_flags(self, engine: Any, round: int, task: ClientTask) -> list[bool | None]:
         """Per replayed upload of ``task``'s client, whether it carries its record (the decision
         ``leak_informative`` counts), without attacking."""
-        return [u.informative for u in self._replay(engine, round, task)]
+        return [u.informative for u in self.replay(engine, round, task)]
 
     def _attack_client(self, engine: Any, round: int, task: ClientTask) -> None:
         cid = task.client_id
-        uploads = self._replay(engine, round, task)
+        uploads = self.replay(engine, round, task)
         t0 = time.perf_counter()
         with one_torch_thread():  # repeatable to the bit on any machine, as the clients are
             recons = self.attack.reconstruct_many([u.observation for u in uploads])
