@@ -44,6 +44,7 @@ _LEAK_CAPTION = (
     *_LEAK,
     "leak_psnr_gain",
     "leak_identified",
+    "leak_identified_p",
     "leak_informative",
     "leak_psnr_gain_worst_round",
     "leak_identified_worst_round",

@@ -32,7 +32,9 @@ identified with probability ``c = 1 / (K + 1)``; the excess over chance of the f
 identified, ``max(0, (a - c) / (1 - c))``, is 0 at chance and 1 when every record is
 identified (:func:`chance_corrected`). A class with fewer than K other records gives fewer
 decoys, and that record's chance is ``1 / (k + 1)`` for its own ``k``; ``c`` is then the
-mean chance of the records counted. A record with no decoy at all is not counted.
+mean chance of the records counted. A record with no decoy at all is not counted. How likely
+chance alone is to identify as many (:func:`chance_tail`) says whether a small excess means
+anything: 2 of 10 records at ``c = 1/21`` happen by chance 8% of the time, 4 of 10 0.1%.
 """
 
 from __future__ import annotations
@@ -45,7 +47,14 @@ import torch
 
 from flcore.attacks.metrics import LPIPS, psnr, ssim
 
-__all__ = ["Identification", "RecordPrior", "baseline_scores", "chance_corrected", "identify"]
+__all__ = [
+    "Identification",
+    "RecordPrior",
+    "baseline_scores",
+    "chance_corrected",
+    "chance_tail",
+    "identify",
+]
 
 
 class RecordPrior:
@@ -166,6 +175,25 @@ def identify(
         s = next(parts)
         out.append(Identification(bool((s[0] > s[1:]).all()), 1.0 / n))
     return out
+
+
+def chance_tail(identified: Sequence[float], chance: Sequence[float]) -> float | None:
+    """The probability that chance alone identifies at least as many of these records as
+    ``identified`` counts: record ``i`` picked with probability ``chance[i]`` independently of
+    the others (a reconstruction that says nothing of its record is as close to it as to any
+    decoy), the upper tail of that Poisson-binomial count. Small: more identified than chance
+    explains. None for no record."""
+    if len(identified) == 0:
+        return None
+    dist = np.zeros(len(chance) + 1)  # dist[j]: P(j records picked by chance)
+    dist[0] = 1.0
+    for c in chance:
+        dist[1:] = dist[1:] * (1.0 - c) + dist[:-1] * c
+        dist[0] *= 1.0 - c
+    hits = int(round(float(np.sum(identified))))
+    if hits == 0:
+        return 1.0
+    return float(min(1.0, dist[hits:].sum()))
 
 
 def chance_corrected(identified: Sequence[float], chance: Sequence[float]) -> float | None:

@@ -66,7 +66,13 @@ import torch
 
 from flcore.algorithms.base import ALGORITHMS, ClientData, ClientTask
 from flcore.attacks.base import ATTACKS, Observation
-from flcore.attacks.baselines import RecordPrior, baseline_scores, chance_corrected, identify
+from flcore.attacks.baselines import (
+    RecordPrior,
+    baseline_scores,
+    chance_corrected,
+    chance_tail,
+    identify,
+)
 from flcore.attacks.metrics import LPIPS, match_to_truth, psnr, ssim
 from flcore.attacks.signal import carries_record, record_free
 from flcore.data import ArrayDataset, FederatedData
@@ -96,6 +102,7 @@ LEAK_METRICS = (
     "leak_psnr_gain",
     "leak_ssim_gain",
     "leak_identified",
+    "leak_identified_p",
     "leak_informative",
     "leak_psnr_gain_informative",
     "leak_identified_informative",
@@ -109,6 +116,7 @@ NOTHING_UPLOADED_LEAKAGE: Mapping[str, float] = {
     "leak_psnr_gain": 0.0,
     "leak_ssim_gain": 0.0,
     "leak_identified": 0.0,
+    "leak_identified_p": 1.0,
     "leak_informative": 0.0,
     "leak_psnr_gain_informative": 0.0,
     "leak_identified_informative": 0.0,
@@ -185,13 +193,18 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def _calibrated(records: Sequence[_Record]) -> dict[str, float | None]:
-    """``leak_psnr_gain``, ``leak_ssim_gain`` and ``leak_identified`` of ``records``."""
+    """``leak_psnr_gain``, ``leak_ssim_gain``, ``leak_identified`` and ``leak_identified_p``
+    of ``records``."""
     based = [r for r in records if r.psnr_base is not None and r.ssim_base is not None]
     tested = [r for r in records if r.identified is not None and r.chance is not None]
     return {
         "leak_psnr_gain": _mean([_gain(r.psnr, r.psnr_base) for r in based]),  # type: ignore[arg-type]
         "leak_ssim_gain": _mean([_gain(r.ssim, r.ssim_base) for r in based]),  # type: ignore[arg-type]
         "leak_identified": chance_corrected(
+            [r.identified for r in tested],  # type: ignore[misc]
+            [r.chance for r in tested],  # type: ignore[misc]
+        ),
+        "leak_identified_p": chance_tail(
             [r.identified for r in tested],  # type: ignore[misc]
             [r.chance for r in tested],  # type: ignore[misc]
         ),

@@ -62,3 +62,23 @@ def test_a_recheck_re_decides_which_uploads_carried_their_record(
     assert again["leak_informative"] == 1.0
     assert again["leak_identified_informative"] == first["leak_identified_informative"]
     assert again["leak_psnr"] == first["leak_psnr"]  # the attack's own scores are kept
+
+
+def test_a_result_saved_before_the_p_value_gets_it_from_its_records(
+    data_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from flcore.attacks.baselines import chance_tail
+
+    first = _run(monkeypatch, tmp_path, keep_state=False)
+    hits = [r["identified"] for r in first["records"]]
+    assert first["leak_identified_p"] == pytest.approx(chance_tail(hits, [1 / 21] * len(hits)))
+    path = tmp_path / "ig-fedavg-r1.json"
+    path.write_text(json.dumps({k: v for k, v in first.items() if k != "leak_identified_p"}))
+    monkeypatch.undo()
+    capsys.readouterr()
+    _run(monkeypatch, tmp_path, keep_state=False)  # reuses the saved result
+    (row,) = json.loads(capsys.readouterr().out)["results"]
+    assert row["leak_identified_p"] == pytest.approx(first["leak_identified_p"])

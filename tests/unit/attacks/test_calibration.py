@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from flcore.attacks.baselines import RecordPrior, chance_corrected, identify
+from flcore.attacks.baselines import RecordPrior, chance_corrected, chance_tail, identify
 from flcore.attacks.evaluation import (
     LEAK_METRICS,
     NOTHING_UPLOADED,
@@ -161,6 +161,7 @@ def test_an_algorithm_that_uploads_nothing_declares_zero_calibrated_leakage(
         assert out[key] is None and key not in NOTHING_UPLOADED_LEAKAGE
     for key in ("leak_psnr_gain", "leak_identified", "leak_psnr_gain_worst_round"):
         assert out[key] == 0.0 and result.metrics[key] == 0.0  # in the round's report too
+    assert out["leak_identified_p"] == 1.0  # no record identified, as chance alone would
     assert out["leak_reason"] == NOTHING_UPLOADED
     assert set(NOTHING_UPLOADED_LEAKAGE) <= set(LEAK_METRICS)
 
@@ -189,6 +190,31 @@ def test_chance_correction() -> None:
     assert chance_corrected([1.0] * 21, c) == 1.0
     assert chance_corrected([1.0, 0.0], [0.5, 0.5]) == 0.0
     assert chance_corrected([], []) is None
+
+
+def test_chance_tail_is_the_binomial_upper_tail() -> None:
+    n, c = 10, 1 / 21
+    for k in range(n + 1):
+        tail = sum(math.comb(n, j) * c**j * (1 - c) ** (n - j) for j in range(k, n + 1))
+        assert chance_tail([1.0] * k + [0.0] * (n - k), [c] * n) == pytest.approx(tail, rel=1e-9)
+    assert chance_tail([0.0] * n, [c] * n) == 1.0  # nothing identified: chance does as well
+    # records with their own chances (fewer decoys): exact Poisson-binomial
+    assert chance_tail([1.0, 1.0], [0.5, 0.25]) == pytest.approx(0.125)
+    assert chance_tail([1.0, 0.0], [0.5, 0.25]) == pytest.approx(1 - 0.5 * 0.75)
+    assert chance_tail([], []) is None
+
+
+def test_the_identified_p_value_tells_chance_from_leakage(raw: dict[str, Any], data) -> None:  # type: ignore[no-untyped-def]
+    """A reconstruction that says nothing of its record gets a large p; the records
+    themselves, identified every one, a vanishing one."""
+    engine, ev = _evaluator(raw, data)
+    picks = PICKS[:10]
+    guess = _pool_mean(data).expand(len(picks), -1, -1, -1).clone()
+    ev.score_reconstructions(engine, 1, 0, picks, guess)
+    assert ev.summary(engine)["leak_identified_p"] > 0.05
+    _, exact = _evaluator(raw, data)
+    exact.score_reconstructions(engine, 1, 0, picks, _truth(data, picks).clone())
+    assert exact.summary(engine)["leak_identified_p"] == pytest.approx((1 / 21) ** 10)
 
 
 class _FlatLPIPS:
