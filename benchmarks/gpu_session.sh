@@ -3,14 +3,15 @@
 # without Ray, MLflow or Optuna (flcore alone). Each stage has its own time limit and writes to
 # $OUT as it goes, so a stage that runs over still leaves the ones before it.
 #
-#   OUT=/tmp/gpu WHEELS=.whl FMNIST_GZ=.gpudata STAGES="1 2 3 4 5 6 7 8 9 10" bash benchmarks/gpu_session.sh
+#   OUT=/tmp/gpu WHEELS=.whl FMNIST_GZ=.gpudata STAGES="1 2 3 4 5 6 7 8 9 10 11 12" bash benchmarks/gpu_session.sh
 #   (stage 8 for the methods issue 23 still owes: T3_METHODS="ppsgd pfedhn" T3_ROUNDS="first 51 middle last")
 #
 # WHEELS: a folder of wheels to install first (pydantic, pydantic-core, annotated-types,
 #   typing-inspection, typing-extensions, opacus, dp-accounting, dm-tree where absent);
 # FMNIST_GZ: a folder holding Fashion-MNIST's four .gz files, copied where flcore looks for
 #   Debian's dataset-fashion-mnist.
-# Stages run in this file's order (1, 9, 2, 3, 4, 6, 10, 5, 7, 8): the long runs last, in the time left.
+# Stages run in this file's order (1, 9, 2, 3, 4, 6, 10, 11, 12, 5, 7, 8): the long runs last, in the
+# time left.
 # A GPU machine is lent for 15 minutes a session: pick a few stages (issue order), not all.
 set -u
 OUT=${OUT:-/tmp/fedsweep-gpu}
@@ -61,6 +62,53 @@ if stage 10; then
   timeout "${T_LEAK:-300}" python3 benchmarks/lodmeta_leakage.py --methods lodmeta_basic lodmeta --at first \
     --steps 300 --images 2 --iterations 10000 --set device=cuda --label gpu-10k \
     --out "$OUT/lodmeta-leakage.json" > "$OUT/lodmeta-leakage.log" 2>&1
+fi
+# Many small runs side by side, one process each (the GPU machine has 16 cores; a small model's
+# round leaves the GPU mostly idle): each line of the file $1 is one run, a script and its
+# arguments, at most JOBS (default 12) at a time, each stopped by T_END (its --max-minutes at
+# a checkpoint every $3 rounds, then a hard timeout). The run folders, under $OUT/$2 and without
+# checkpoints (a LoDMeta checkpoint holds every visited client's m and v: tens of MB), come
+# back in results.tgz: metrics.jsonl, summary.json ("rounds": how far it got) and spent.json.
+# Read them with the script's --summary --out DIR, never into the CPU queue's folders (there a
+# folder without its checkpoint restarts from round 0). Each run's JSON: $OUT/$2-<n>.json.
+# (SBS_DEVICE: another device, for a check on a CPU; L11_EXTRA, F12_EXTRA: more arguments.)
+side_by_side() {
+  local jobs=$1 dest=$2 every=$3 n=0 left line
+  mkdir -p "$OUT/$dest"
+  while IFS= read -r line; do
+    n=$((n + 1))
+    while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-12}" ]; do wait -n; done
+    left=$(( ${T_END:-570} - SECONDS - 40 ))
+    [ "$left" -gt 90 ] || break
+    # shellcheck disable=SC2086
+    timeout "$left" python3 $line --workers 1 --device "${SBS_DEVICE:-cuda}" --out "$OUT/$dest" \
+      --checkpoint-every "$every" --max-minutes "$(( (left - 40) / 60 ))" \
+      > "$OUT/$dest-$n.json" 2> "$OUT/$dest-$n.log" &
+  done < "$jobs"
+  wait
+  find "$OUT/$dest" -name 'checkpoint*.pt' -delete
+}
+# 11. LoDMeta's core comparison (issue 26, section 5 claims 1-3: FMNIST 5-way 5-shot, 3-regular
+#     walk, 2,000 steps), L11_METHODS x L11_SEEDS (default: all six methods, seeds 0 1 2)
+if stage 11; then
+  for s11 in ${L11_SEEDS:-0 1 2}; do
+    for m11 in ${L11_METHODS:-lodmeta lodmeta_basic lodmeta_sgd fedmaml fedalt l2c}; do
+      echo "benchmarks/reproduce_lodmeta.py --settings ${L11_SETTING:-regular-5shot} --methods $m11 --seeds $s11 ${L11_EXTRA:-}"
+    done
+  done > /tmp/jobs11
+  side_by_side /tmp/jobs11 lodmeta 100
+fi
+# 12. FedHKD's runs still owed (issue 25): F12_SETTINGS x F12_METHODS x F12_SEEDS (default: the
+#     baselines at beta 0.2 and 5, seed 0, fedhkd_dp included; 50 rounds each)
+if stage 12; then
+  for s12 in ${F12_SEEDS:-0}; do
+    for g12 in ${F12_SETTINGS:-n10-b0.2 n10-b5}; do
+      for m12 in ${F12_METHODS:-fedhkd_dp fedprox moon fedmd fedgen fedalign}; do
+        echo "benchmarks/reproduce_fedhkd.py --settings $g12 --methods $m12 --seeds $s12 ${F12_EXTRA:-}"
+      done
+    done
+  done > /tmp/jobs12
+  side_by_side /tmp/jobs12 fedhkd 5
 fi
 # 5. a long run in the time left (T_LONG, default: up to 570 s after the start): HyperFL's Table 1
 #    at 100 clients, seed 2, vectorized; its per-round metrics come back, its checkpoints stay

@@ -43,3 +43,37 @@ def test_the_outputs_come_back_in_few_small_files(tmp_path: Path) -> None:
     assert (got / "metrics.jsonl").read_text() == '{"round": 1}\n'
     assert (unpacked / "table3" / "ig-hyperfl-r1.json").read_text() == "{}"
     assert (unpacked / "stage8.log").read_text() == "log 8\n"
+
+
+def test_side_by_side_runs_come_back_without_checkpoints(tmp_path: Path, data_root: Path) -> None:
+    """Stage 12's runs (here one FedAvg round of FedHKD's setup, on the CPU) run as their own
+    processes and come back as run folders without checkpoints, with each run's JSON."""
+    import json
+    import sys
+
+    out = tmp_path / "out"
+    env = os.environ | {
+        "OUT": str(out),
+        "STAGES": "12",
+        "F12_SETTINGS": "n10-b0.5",
+        "F12_METHODS": "fedavg fedproto",
+        "F12_EXTRA": "--rounds 1",
+        "SBS_DEVICE": "cpu",
+        "JOBS": "2",
+        "T_END": "600",
+        "FEDSWEEP_DATA_ROOT": str(data_root),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "OMP_NUM_THREADS": "1",
+    }
+    subprocess.run(["bash", str(SCRIPT)], env=env, check=True, capture_output=True, timeout=600)
+    unpacked = tmp_path / "unpacked"
+    unpacked.mkdir()
+    with tarfile.open(out / "results.tgz") as tar:
+        tar.extractall(unpacked, filter="data")
+    folders = sorted((unpacked / "fedhkd").iterdir())
+    assert [f.name.split("-")[2] for f in folders] == ["fedavg", "fedproto"]
+    for f in folders:
+        assert json.loads((f / "summary.json").read_text())["rounds"] == 1
+        assert not list(f.glob("checkpoint*"))
+    records = [json.loads((unpacked / f"fedhkd-{n}.json").read_text()) for n in (1, 2)]
+    assert sorted(r["runs"][0]["method"] for r in records) == ["fedavg", "fedproto"]
