@@ -14,6 +14,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -34,12 +38,32 @@ def _step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torc
     opt.step()
 
 
+@contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 to /dev/null while open: torch's profiler (Kineto) writes lines such
+    as ``USDT ... profiler_start`` and ``ERROR ... gpuGetDeviceCount failed`` from C++ on a
+    machine without a GPU at every start, noise in a run's output that says nothing about the
+    measurement. Python's exceptions are untouched (raised, then printed after this closes)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _cpu_peak(
     model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
 ) -> int:
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with (
+        _native_stderr_silenced(),
+        profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
+    ):
         _step(model, opt, x, y)
     deltas = sorted(
         (e.time_range.start, e.self_cpu_memory_usage)

@@ -176,6 +176,22 @@ def test_training_flops_match_the_hand_count(fmnist) -> None:  # type: ignore[no
     )
 
 
+def test_measuring_memory_on_the_cpu_prints_nothing(
+    fmnist, capfd: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    """torch's profiler writes Kineto's lines to file descriptor 2 at every start on a
+    machine without a GPU; a run's output does not carry them, and stderr works after."""
+    import sys
+
+    from flcore.data import normalize
+
+    x = normalize(fmnist.train.images[:8], fmnist.info)
+    cost = training_cost(ScalableCNNFashionMNIST(width=1 / 16), x, fmnist.train.labels[:8])
+    assert cost["peak_memory_bytes"] > 0
+    print("after", file=sys.stderr)
+    assert capfd.readouterr().err == "after\n"
+
+
 def test_lr_decays_per_round() -> None:
     from flcore.algorithms.base import LocalTraining
 
