@@ -45,8 +45,7 @@ from _runs import runs_dir  # noqa: E402
 
 from analysis.paper import ATTACK  # noqa: E402
 from flcore.algorithms import ALGORITHMS, ClientTask  # noqa: E402
-from flcore.attacks.baselines import chance_tail  # noqa: E402
-from flcore.attacks.evaluation import informative_scores  # noqa: E402
+from flcore.attacks.evaluation import identified_p, informative_scores  # noqa: E402
 from flcore.attacks.signal import rounding_floor  # noqa: E402
 from flcore.config import SYMBOLIC_ROUNDS, load_config, resolve_round  # noqa: E402
 from flcore.experiment import build_data, build_engine  # noqa: E402
@@ -206,12 +205,8 @@ def attack_one(method: str, attack: str, attacked: int, args: argparse.Namespace
             # the re-decided records' informative scores (from the saved per-record scores)
             cached |= informative_scores(cached["records"], IDENTIFY_K)
             out.write_text(json.dumps(cached, indent=1))
-        if "leak_identified_p" not in cached:  # saved before the metric: from its records
-            tested = [r["identified"] for r in cached.get("records") or [] if "identified" in r]
-            if tested:
-                cached["leak_identified_p"] = chance_tail(
-                    tested, [1.0 / (IDENTIFY_K + 1)] * len(tested)
-                )
+        if "leak_identified_p" not in cached and cached.get("records"):
+            cached["leak_identified_p"] = identified_p(cached["records"], IDENTIFY_K)
         return cached
     algorithm, run, extra = _run(method)
     ckpt = _checkpoint(Path(args.table1) / run, attacked - 1)

@@ -85,6 +85,7 @@ __all__ = [
     "NOTHING_UPLOADED",
     "NOTHING_UPLOADED_LEAKAGE",
     "ReplayedUpload",
+    "identified_p",
     "informative_scores",
 ]
 
@@ -223,20 +224,16 @@ def _informative_part(records: Sequence[_Record]) -> dict[str, float | None]:
     }
 
 
-def informative_scores(
-    records: Sequence[Mapping[str, Any]], identify_k: int
-) -> dict[str, float | None]:
-    """``leak_informative`` and the ``*_informative`` scores recomputed from saved per-record
-    scores (keys ``psnr``, ``ssim``, ``psnr_baseline``, ``ssim_baseline``, ``identified``,
-    ``informative``), as :meth:`LeakageEvaluator.summary` computes them: for a saved result
-    whose records were re-decided (benchmarks/reproduce_table3.py ``--check-cached``)."""
+def _saved(records: Sequence[Mapping[str, Any]], identify_k: int) -> list[_Record]:
+    """Saved per-record scores (keys ``psnr``, ``ssim``, ``psnr_baseline``, ``ssim_baseline``,
+    ``identified``, ``informative``) as records, each tested against ``identify_k`` decoys."""
     chance = 1.0 / (identify_k + 1)
-    recs = [
+    return [
         _Record(
             0,
             0,
-            r["psnr"],
-            r["ssim"],
+            r.get("psnr"),
+            r.get("ssim"),
             None,
             None,
             psnr_base=r.get("psnr_baseline"),
@@ -247,7 +244,21 @@ def informative_scores(
         )
         for r in records
     ]
-    return _informative_part(recs)
+
+
+def informative_scores(
+    records: Sequence[Mapping[str, Any]], identify_k: int
+) -> dict[str, float | None]:
+    """``leak_informative`` and the ``*_informative`` scores recomputed from saved per-record
+    scores, as :meth:`LeakageEvaluator.summary` computes them: for a saved result whose
+    records were re-decided (benchmarks/reproduce_table3.py ``--check-cached``)."""
+    return _informative_part(_saved(records, identify_k))
+
+
+def identified_p(records: Sequence[Mapping[str, Any]], identify_k: int) -> float | None:
+    """``leak_identified_p`` recomputed from saved per-record scores (a result saved before
+    the metric existed)."""
+    return _calibrated(_saved(records, identify_k))["leak_identified_p"]
 
 
 class LeakageEvaluator:
