@@ -467,8 +467,12 @@ class Engine:
         return path
 
     def load_checkpoint(self, path: str | Path) -> None:
-        """Restore from :meth:`save_checkpoint`'s file."""
-        self.load_state_dict(torch.load(Path(path), weights_only=False))
+        """Restore from :meth:`save_checkpoint`'s file, whichever device wrote it.
+
+        Tensors are mapped onto this engine's device, so a run checkpointed on a GPU resumes on a
+        CPU and the other way round.
+        """
+        self.load_state_dict(torch.load(Path(path), weights_only=False, map_location=self.device))
 
 
 def checkpoint_round(path: str | Path) -> int:

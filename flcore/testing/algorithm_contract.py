@@ -34,6 +34,7 @@ from flcore.experiment import build_engine
 __all__ = [
     "check_determinism",
     "check_checkpoint_round_trip",
+    "check_checkpoint_changes_device",
     "check_uploads",
     "check_worker_safety",
     "check_reports",
@@ -94,6 +95,38 @@ def check_checkpoint_round_trip(cfg: ExperimentConfig, data: FederatedData, path
     ]
     assert _state_equal(resumed.algorithm.state_dict(), e_straight.algorithm.state_dict())
     assert _state_equal(resumed.client_states, e_straight.client_states)
+
+
+def _devices(state: Any) -> set[str]:
+    """The device types of every tensor in a (nested) state."""
+    if isinstance(state, torch.Tensor):
+        return {state.device.type}
+    if isinstance(state, dict):
+        return set().union(*(_devices(v) for v in state.values()))
+    if isinstance(state, list | tuple):
+        return set().union(*(_devices(v) for v in state))
+    return set()
+
+
+def check_checkpoint_changes_device(
+    cfg: ExperimentConfig, other: ExperimentConfig, data: FederatedData, path: Any
+) -> None:
+    """A run checkpointed on ``cfg``'s device resumes on ``other``'s (a GPU run finished on a
+    CPU, or the other way round): the remaining rounds run there to the end, and on a CPU every
+    tensor of the resumed state is on the CPU."""
+    first = build_engine(cfg, data=data)
+    rounds = first.iter_rounds()
+    next(rounds)
+    rounds.close()
+    first.save_checkpoint(path)
+    rec = _Rec()
+    resumed = build_engine(other, data=data, callbacks=[rec])
+    resumed.load_checkpoint(path)
+    if torch.device(other.device).type == "cpu":
+        assert _devices(resumed.algorithm.state_dict()) <= {"cpu"}
+        assert _devices(resumed.client_states) <= {"cpu"}
+    resumed.run()
+    assert [r.round for r in rec.rounds] == list(range(2, cfg.rounds + 1))
 
 
 def _one_task(engine: Engine, cid: int = 0) -> tuple[ClientData, ClientTask]:

@@ -2,10 +2,10 @@
 these out; without a CUDA device they fail, they do not skip).
 
 Every registered algorithm runs a short experiment with ``device: cuda`` and reports what it
-declares, with its uploads on the CPU and evaluation passive; every attack passes its contract
-on observations made on CUDA; the vectorized executor equals the loop on CUDA in float64 where
-no DP noise is drawn (DP-SGD's noise comes from a device generator there, so only its
-repeatability is checked).
+declares, with its uploads on the CPU and evaluation passive, and its checkpoint written on one
+device resumes on the other; every attack passes its contract on observations made on CUDA;
+the vectorized executor equals the loop on CUDA in float64 where no DP noise is drawn
+(DP-SGD's noise comes from a device generator there, so only its repeatability is checked).
 """
 
 from __future__ import annotations
@@ -60,6 +60,19 @@ def test_every_algorithm_runs_on_cuda(algorithm: str, small) -> None:  # type: i
     contract.check_reports(cfg, data)
     contract.check_uploads(cfg, data)
     contract.check_evaluation_is_passive(cfg, data)
+
+
+@pytest.mark.parametrize("direction", ["cuda-to-cpu", "cpu-to-cuda"])
+@pytest.mark.parametrize("algorithm", ALL)
+def test_a_checkpoint_resumes_on_the_other_device(  # type: ignore[no-untyped-def]
+    algorithm: str,
+    direction: str,
+    small,
+    tmp_path,  # noqa: F811
+) -> None:
+    cfg, data = small(algorithm)
+    pair = (_on_cuda(cfg), cfg) if direction == "cuda-to-cpu" else (cfg, _on_cuda(cfg))
+    contract.check_checkpoint_changes_device(*pair, data, tmp_path / "checkpoint.pt")
 
 
 @pytest.mark.parametrize("attack", ATTACKS.names())
