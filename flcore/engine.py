@@ -469,10 +469,16 @@ class Engine:
     def load_checkpoint(self, path: str | Path) -> None:
         """Restore from :meth:`save_checkpoint`'s file, whichever device wrote it.
 
-        Tensors are mapped onto this engine's device, so a run checkpointed on a GPU resumes on a
-        CPU and the other way round.
+        A run checkpointed on a GPU resumes on a CPU (every tensor to the CPU) or on another GPU
+        (the GPU's tensors to this engine's); a CPU checkpoint's tensors stay on the CPU, as
+        the algorithms keep some of their state there on any device (a resumed GPU run moves
+        the rest as it uses it).
         """
-        self.load_state_dict(torch.load(Path(path), weights_only=False, map_location=self.device))
+        target = torch.device(self.device)
+        where: str | dict[str, str] = "cpu"
+        if target.type != "cpu":
+            where = {f"cuda:{i}": str(target) for i in range(max(torch.cuda.device_count(), 1))}
+        self.load_state_dict(torch.load(Path(path), weights_only=False, map_location=where))
 
 
 def checkpoint_round(path: str | Path) -> int:
