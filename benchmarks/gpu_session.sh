@@ -88,6 +88,10 @@ side_by_side() {
   wait
   find "$OUT/$dest" -name 'checkpoint*.pt' -delete
 }
+# Measured in session 27 (BENCHMARKS.md, "Session 27 on an H100"): 18 such processes at once ran
+# a LoDMeta step in ~1.1 s and a FedHKD-DP round in ~30 s, no faster than one CPU core (0.63 s,
+# 20 s), and finished nothing in a call; stages 11 and 12 are for a machine with the cores to
+# spare, and the CPU queue is where those runs belong.
 # 11. LoDMeta's core comparison (issue 26, section 5 claims 1-3: FMNIST 5-way 5-shot, 3-regular
 #     walk, 2,000 steps), L11_METHODS x L11_SEEDS (default: all six methods, seeds 0 1 2)
 if stage 11; then
