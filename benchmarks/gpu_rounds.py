@@ -10,7 +10,8 @@ selection and the first allocation, and the evaluated last round are left out).
 
 Parts (``--parts``):
 - ``rounds``: FedAvg, HyperFL, DP-FedAvg (its Table 1 config: target epsilon 4, clip 0.04) and
-  Pa3dFL (``--cases pa3dfl``: its Table 1 Hetero config, every client every round),
+  Pa3dFL and FjORD (``--cases pa3dfl fjord``: Pa3dFL's Table 1 Hetero configs, every client
+  every round),
   loop and vectorized, at 20 clients; the three vectorized and FedAvg's loop at 100; each
   with or without ``torch.use_deterministic_algorithms`` (``--deterministic``).
 - ``packing``: 1, 4 and 8 processes at once on the device, each a short FedAvg run (20 clients,
@@ -60,8 +61,14 @@ ALGORITHM_CONFIG = {
     # Pa3dFL's Table 1 FMNIST Hetero config (widths U[0.01, 1] in steps of 1/16: one stacked
     # group per width), every client in every round as in the other cases
     "pa3dfl": "pa3dfl/fmnist_hetero_pa3dfl.yaml",
+    # FjORD at the same setting (Pa3dFL's Table 1 baseline): a width drawn a step, a teacher
+    # pass beside it
+    "fjord": "pa3dfl/fmnist_hetero_fjord.yaml",
 }
-EXTRA = {"pa3dfl": {"client_fraction": 1.0, "early_stopping": None}}
+EXTRA = {
+    "pa3dfl": {"client_fraction": 1.0, "early_stopping": None},
+    "fjord": {"client_fraction": 1.0, "early_stopping": None},
+}
 
 
 def config(algorithm: str, clients: int, rounds: int, device: str, executor: str, **extra: Any):  # type: ignore[no-untyped-def]
@@ -114,11 +121,11 @@ def part_rounds(args: argparse.Namespace) -> dict[str, Any]:
     small, large = min(args.clients), max(args.clients)
     cases = [("fedavg", small, "loop"), ("fedavg", small, "vectorized")]
     cases += [("fedavg", c, "vectorized") for c in args.clients if c != small]
-    for alg in ("dp_fedavg", "hyperfl", "pa3dfl"):
+    for alg in ("dp_fedavg", "hyperfl", "pa3dfl", "fjord"):
         cases += [(alg, small, ex) for ex in ("vectorized", "loop")]
     cases += [
         (a, c, "vectorized")
-        for a in ("hyperfl", "dp_fedavg", "pa3dfl")
+        for a in ("hyperfl", "dp_fedavg", "pa3dfl", "fjord")
         for c in args.clients
         if c != small
     ]
@@ -132,7 +139,8 @@ def part_rounds(args: argparse.Namespace) -> dict[str, Any]:
         for alg, clients, ex in cases:
             rounds = args.warmup + args.rounds + 1
             cfg = config(alg, clients, rounds, args.device, ex, **EXTRA.get(alg, {}))
-            data_key = (clients, alg == "pa3dfl")  # Pa3dFL's config splits clients' records
+            # the Pa3dFL configs split clients' records (validation)
+            data_key = (clients, alg in ("pa3dfl", "fjord"))
             if data_key not in datas:
                 datas[data_key] = build_data(cfg)
             key = f"{alg}-{clients}-{ex}" + ("-deterministic" if deterministic else "")
@@ -150,7 +158,7 @@ def part_rounds(args: argparse.Namespace) -> dict[str, Any]:
         return out.get(k, {}).get("round_seconds_median")
 
     for clients in args.clients:
-        for alg in ("fedavg", "pa3dfl"):
+        for alg in ("fedavg", "pa3dfl", "fjord"):
             a, b = med(f"{alg}-{clients}-loop"), med(f"{alg}-{clients}-vectorized")
             if a and b:
                 ratios[f"{alg}_{clients}_loop_over_vectorized"] = a / b

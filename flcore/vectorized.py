@@ -7,8 +7,8 @@ client runs as one ``torch.func.vmap`` over ``functional_call``; the SGD state (
 buffers) is stacked the same way. What it runs is :class:`~flcore.algorithms.base.VectorJob`,
 the local work of the algorithms that declare ``vectorized`` (FedAvg, FedProx, Local-only,
 Ditto, DP-FedAvg with record-level or client-level DP, HyperFL, pFedHN and pFedHN-PC, whose
-generated models share one architecture, and Pa3dFL, padded to full width): E epochs of SGD
-with momentum and weight decay on the cross-entropy of the algorithm's ``vector_model``, from
+generated models share one architecture, and Pa3dFL and FjORD, padded to full width): E epochs
+of SGD with momentum and weight decay on the cross-entropy of the algorithm's ``vector_model``, from
 a start point, on all its parameters or a named part, with a proximal gradient (FedProx's,
 Ditto's personal objective), per-group gradient clipping and DP-SGD as options, and further
 trainings on the same client generator where the algorithm has them (Ditto: the global model,
@@ -23,7 +23,9 @@ channels then compute zeros and get zero gradients). An algorithm whose objectiv
 cross-entropy of logits (``Algorithm.vector_objective``: Pa3dFL's two heads and Eq. 32) gives a
 network whose forward pass is the masked batch loss; it evaluates its clients itself in
 ``vector_result``, on the data the executor hands it on evaluation rounds (the evaluation's
-time counts in the client's seconds). Parameters may step at a multiple of the learning rate
+time counts in the client's seconds). A job may draw one number a step from the client's
+generator where the loop's loss function draws it (``VectorJob.step_choices``: FjORD's width),
+handed to that objective beside the batch. Parameters may step at a multiple of the learning rate
 (``VectorJob.lr_scale``, the loop's parameter groups): the fused step runs once per rate.
 
 The same arithmetic as the loop, step for step:
@@ -219,11 +221,16 @@ class VectorizedExecutor:
                 raise ValueError(f"{alg.name}: clients of one round planned different phases")
             phases.append(nxt)  # type: ignore[arg-type]
         for jobs in phases:
-            plans = {(j.follows, j.epochs, j.trains, j.clip, j.private, j.lr_scale) for j in jobs}
+            plans = {
+                (j.follows, j.epochs, j.trains, j.clip, j.private, j.lr_scale, j.step_choices > 0)
+                for j in jobs
+            }
             if len(plans) > 1:
                 raise ValueError(f"{alg.name}: clients of one round planned different trainings")
         if phases[0][0].follows:
             raise ValueError(f"{alg.name}: the first training cannot follow another")
+        if any(j.step_choices for js in phases for j in js) and not alg.vector_objective:
+            raise ValueError(f"{alg.name}: a job draws step choices without its own objective")
         # a chain: trainings linked by ``follows``; its end is a result (VectorJob's docstring)
         ends = [
             d for d in range(len(phases)) if d + 1 == len(phases) or not phases[d + 1][0].follows
@@ -258,7 +265,8 @@ class VectorizedExecutor:
                 }
             if depth == last_chain and judged:  # the start of the model the client keeps
                 self._evaluate_into(metrics, judged, params, tasks, before=True)
-            losses = self._train(params, anchor, lr, mu, tasks, gens, train_rows, job)
+            choices = [j.step_choices for j in jobs] if job.step_choices else None
+            losses = self._train(params, anchor, lr, mu, tasks, gens, train_rows, job, choices)
             if depth == ends[0]:  # the released model's loss, as the loop reports it
                 for k, loss in enumerate(losses):
                     metrics[k]["train_loss"] = loss
@@ -305,9 +313,11 @@ class VectorizedExecutor:
         gens: list[torch.Generator],
         rows: list[torch.Tensor],
         job: Any,
+        choices: list[int] | None = None,
     ) -> list[float]:
         """Every client's epochs of ``job``, step by step in lockstep (DP-SGD when the run's
-        mechanism is ``dpsgd`` and the job is ``private``); returns each one's mean loss."""
+        mechanism is ``dpsgd`` and the job is ``private``); returns each one's mean loss.
+        ``choices``: each client's ``VectorJob.step_choices`` (None: no draw a step)."""
         t = self._alg.training
         epochs = t.epochs if job.epochs is None else job.epochs
         names = list(job.trains) if job.trains is not None else self._names
@@ -341,19 +351,25 @@ class VectorizedExecutor:
             x: torch.Tensor,
             y: torch.Tensor,
             m: torch.Tensor,
+            *drawn: torch.Tensor,
         ) -> torch.Tensor:
             if self._alg.vector_objective:
-                return self._functional(p | fixed, x, y, m)
+                return self._functional(p | fixed, x, y, m, *drawn)
             ce = F.cross_entropy(self._functional(p | fixed, x), y, reduction="none")
             return (ce * m).sum() / m.sum().clamp(min=1)
 
         if self._dp is None or not job.private:
-            idx, mask = self._epoch_batches(gens, rows, total, epochs)
+            idx, mask, picks = self._epoch_batches(gens, rows, total, epochs, choices)
             step = vmap(grad_and_value(batch_loss))
+            drawn: tuple[torch.Tensor, ...] = ()
+            if choices is not None:
+                count = torch.tensor(choices, dtype=torch.long, device=self.device)
             for s in range(total):
                 x, y = self._train_set.batch(idx[:, s])
                 trained = {k: params[k] for k in names}
-                grads, loss = step(trained, held, x, y, mask[:, s].to(dtype))
+                if choices is not None:
+                    drawn = (picks[:, s], count)
+                grads, loss = step(trained, held, x, y, mask[:, s].to(dtype), *drawn)
                 loss_sum += torch.where(active[:, s], loss, 0.0)
                 for group, max_norm in job.clip:
                     _clip_(grads, group, max_norm)
@@ -410,21 +426,31 @@ class VectorizedExecutor:
         return (loss_sum.cpu() / steps.clamp(min=1).to(dtype)).tolist()
 
     def _epoch_batches(
-        self, gens: list[torch.Generator], rows: list[torch.Tensor], total: int, epochs: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self,
+        gens: list[torch.Generator],
+        rows: list[torch.Tensor],
+        total: int,
+        epochs: int,
+        choices: list[int] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Each client's shuffled batches for all its epochs (the loop's draws), as a
-        ``[K, steps, B]`` table of global indices and its mask."""
+        ``[K, steps, B]`` table of global indices and its mask, and with ``choices`` each
+        step's draw (``[K, steps]``, 0 past a client's last step), drawn in the loop's order:
+        an epoch's shuffle, then one draw a step."""
         t = self._alg.training
         idx = torch.zeros(len(rows), total, t.batch_size, dtype=torch.long)
         mask = torch.zeros(len(rows), total, t.batch_size, dtype=torch.bool)
+        picks = torch.zeros(len(rows), total, dtype=torch.long)
         for k, (g, row) in enumerate(zip(gens, rows, strict=True)):
             s = 0
             for _ in range(epochs):
                 for b in torch.randperm(len(row), generator=g).split(t.batch_size):
                     idx[k, s, : len(b)] = row[b]
                     mask[k, s, : len(b)] = True
+                    if choices is not None:
+                        picks[k, s] = int(torch.randint(choices[k], (1,), generator=g))
                     s += 1
-        return idx.to(self.device), mask.to(self.device)
+        return idx.to(self.device), mask.to(self.device), picks.to(self.device)
 
     def _poisson_table(
         self,

@@ -152,6 +152,11 @@ class VectorJob:
             then unused): the two form one chain, as HyperFL's two steps on one model.
         lr_scale: ``((name, factor), ...)``: these parameters step at ``lr * factor`` (the
             loop's optimizer parameter groups; Pa3dFL's U and V at their layer's step scale).
+        step_choices: a draw at every step (0: none): ``torch.randint(step_choices, (1,))``
+            from the client's generator, after the epoch's shuffle and before the step, as a
+            loop's loss function draws it (FjORD's width); the objective (an algorithm with
+            :attr:`Algorithm.vector_objective`) is then called ``forward(x, y, mask, choice,
+            step_choices)``, both a 0-dim integer tensor per client.
 
     Trainings linked by ``follows`` form a chain. The first chain's result is the upload, the
     last chain's the model the client keeps; ``accuracy_before`` is taken at the start of the
@@ -170,6 +175,7 @@ class VectorJob:
     clip: tuple[tuple[tuple[str, ...], float], ...] = ()
     follows: bool = False
     lr_scale: tuple[tuple[str, float], ...] = ()
+    step_choices: int = 0
 
 
 @dataclass

@@ -64,11 +64,11 @@ def test_every_algorithm_runs_on_cuda(algorithm: str, small) -> None:  # type: i
 
 @pytest.mark.parametrize("direction", ["cuda-to-cpu", "cpu-to-cuda"])
 @pytest.mark.parametrize("algorithm", ALL)
-def test_a_checkpoint_resumes_on_the_other_device(  # type: ignore[no-untyped-def]
+def test_a_checkpoint_resumes_on_the_other_device(
     algorithm: str,
     direction: str,
-    small,
-    tmp_path,  # noqa: F811
+    small,  # noqa: F811
+    tmp_path,
 ) -> None:
     cfg, data = small(algorithm)
     pair = (_on_cuda(cfg), cfg) if direction == "cuda-to-cpu" else (cfg, _on_cuda(cfg))

@@ -138,6 +138,12 @@ CASES = {
             "head_step": "plain",
         },
     },
+    # widths padded into the full network, a width drawn a step (self-distillation on)
+    "fjord": {
+        "algorithm": "fjord",
+        "model": "pa3dfl_cnn_fmnist",
+        "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.0625, 1.0]},
+    },
     "dp_fedavg_client": {
         "algorithm": "dp_fedavg_client",
         "privacy": {"mechanism": "client", "noise_multiplier": 0.05, "clip": 5.0},
@@ -224,6 +230,7 @@ def test_subclasses_do_not_inherit_vectorized() -> None:
         "dp_fedavg_client",
         "fedavg",
         "fedprox",
+        "fjord",
         "hyperfl",
         "local",
         "pa3dfl",

@@ -41,6 +41,16 @@ Choices where the paper is silent, and deviations:
 - ``accuracy_before`` / ``accuracy`` are the received / trained p_i submodel on the client's test
   set. The attack surface is the client's p_i submodel with plain cross-entropy: the server does
   not know which widths the client drew. No DP mechanism.
+- The vectorized executor (``executor: vectorized``, issue 28) trains all of a round's clients
+  as one stack in the full-width network, each client's p_i submodel zero-padded to full width
+  (:func:`~flcore.algorithms.widths.slicing.padded`); a step at width p multiplies every
+  tensor by the mask of the width-p submodel's entries (the first p C channels of every layer,
+  and the inputs that read them), which computes the p-submodel's logits and gives the entries
+  outside it a zero gradient, as the loop's cut does. The teacher is the same network masked at
+  p_i, detached. The width is drawn from the client's generator exactly where the loop draws it
+  (``VectorJob.step_choices``), so the two executors agree within 1e-9 in float64
+  (``tests/unit/test_vectorized.py``). A step at p_i computes the teacher pass too and discards
+  it (one select over both losses instead of a branch per client).
 """
 
 from __future__ import annotations
@@ -51,8 +61,24 @@ from pydantic import Field
 from torch import nn
 from torch.func import functional_call
 
-from flcore.algorithms.base import ALGORITHMS, AlgorithmParams, ClientData, ClientTask
-from flcore.algorithms.widths.slicing import SlicedWidthAlgorithm, extract, nested_channels
+from flcore.algorithms.base import (
+    ALGORITHMS,
+    AlgorithmParams,
+    ClientData,
+    ClientResult,
+    ClientTask,
+    TensorDict,
+    VectorJob,
+)
+from flcore.algorithms.widths.slicing import (
+    AxesMap,
+    SlicedWidthAlgorithm,
+    extract,
+    leading_block,
+    nested_channels,
+    padded,
+)
+from flcore.models.scalable import scaled
 
 __all__ = ["FjORD", "FjORDParams"]
 
@@ -70,6 +96,95 @@ class FjORDParams(AlgorithmParams):
     )
 
 
+class _NestedMasks:
+    """The entries of the width-(L p_min) submodel in each full-width tensor, L = 1 .. levels:
+    ``mask(key, level)`` is 1 on the first ``scaled(C, L p_min)`` channels of every layer an
+    axis of the tensor is indexed by (times its block), 0 elsewhere; ``level`` may be a tensor
+    under ``vmap``."""
+
+    def __init__(
+        self,
+        shapes: dict[str, torch.Size],
+        axes: AxesMap,
+        full: dict[str, int],
+        p_min: float,
+        levels: int,
+        device: torch.device,
+    ) -> None:
+        self.shapes, self.axes = shapes, axes
+        # kept channels per layer and level (row 0 unused: levels count from 1)
+        self.kept = {
+            layer: torch.tensor(
+                [0] + [scaled(c, min(1.0, lv * p_min)) for lv in range(1, levels + 1)],
+                device=device,
+            )
+            for layer, c in full.items()
+        }
+        self.positions = {
+            key: [torch.arange(shapes[key][axis], device=device) for axis, _, _ in axes[key]]
+            for key in shapes
+            if key in axes
+        }
+
+    def mask(self, key: str, level: torch.Tensor) -> torch.Tensor | None:
+        """The 0/1 mask of ``key`` at ``level`` (None: a tensor no layer cuts)."""
+        if key not in self.positions:
+            return None
+        shape = self.shapes[key]
+        out = None
+        for (axis, layer, block), pos in zip(self.axes[key], self.positions[key], strict=True):
+            kept = self.kept[layer].index_select(0, level.reshape(1)).squeeze(0)
+            keep = pos < kept * block
+            view = [1] * len(shape)
+            view[axis] = shape[axis]
+            keep = keep.view(view)
+            out = keep if out is None else out & keep
+        return out
+
+
+class _VectorObjective(nn.Module):
+    """FjORD's step for the vectorized executor (``Algorithm.vector_objective``):
+    ``forward(x, y, mask, choice, choices)`` is the loss of one step of a client whose widths
+    are levels 1 .. ``choices`` (its p_i the last), at level ``choice + 1``: the cross-entropy
+    there (the masked mean over the batch's rows), mixed with the distillation term from the
+    level-``choices`` teacher unless the step is at p_i."""
+
+    def __init__(self, net: nn.Module, masks: _NestedMasks, alpha: float, temp: float) -> None:
+        super().__init__()
+        self.net, self.masks, self.alpha, self.temp = net, masks, alpha, temp
+
+    def _logits(self, level: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        params = {}
+        for key, value in self.net.named_parameters():
+            m = self.masks.mask(key, level)
+            params[key] = value if m is None else value * m
+        return functional_call(self.net, params, (x,))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        choice: torch.Tensor,
+        choices: torch.Tensor,
+    ) -> torch.Tensor:
+        rows = mask.sum().clamp(min=1)
+        logits = self._logits(choice + 1, x)
+        ce = (F.cross_entropy(logits, y, reduction="none") * mask).sum() / rows
+        if self.alpha == 0.0:
+            return ce
+        teacher = self._logits(choices, x).detach()
+        t = self.temp
+        kl = F.kl_div(
+            F.log_softmax(logits / t, dim=1),
+            F.log_softmax(teacher / t, dim=1),
+            log_target=True,
+            reduction="none",
+        ).sum(1)
+        mixed = (1 - self.alpha) * ce + self.alpha * t**2 * (kl * mask).sum() / rows
+        return torch.where(choice == choices - 1, ce, mixed)
+
+
 @ALGORITHMS.register("fjord")
 class FjORD(SlicedWidthAlgorithm):
     """Ordered dropout with per-step width sampling and self-distillation."""
@@ -77,6 +192,8 @@ class FjORD(SlicedWidthAlgorithm):
     name = "fjord"
     Params = FjORDParams
     weighted = True
+    vectorized = True  # padded to full width, each step's width a mask (vector_objective)
+    vector_objective = True
 
     def sampled_widths(self, client_id: int) -> list[float]:
         """P_i: the widths client ``client_id`` draws from, ascending (the last is p_i)."""
@@ -116,3 +233,67 @@ class FjORD(SlicedWidthAlgorithm):
 
         opt = self.local_optimizer(model.parameters(), round=task.round)
         return self.run_epochs(model, data, opt, generator, loss_fn=od_loss)
+
+    # ------------------------------------------------------------------ vectorized rounds
+    def _p_min(self) -> float:
+        return 1.0 if self.capacity is None else self.capacity.p_min
+
+    def vector_model(self) -> nn.Module:
+        """The full-width network inside FjORD's step objective; every client trains in it,
+        its p_i submodel zero-padded (:meth:`vector_job`)."""
+        net = self.build(1.0)
+        shapes = {k: v.shape for k, v in net.named_parameters()}
+        levels = round(1.0 / self._p_min())
+        masks = _NestedMasks(
+            shapes, self.axes(), self.full_channels(), self._p_min(), levels, self.device
+        )
+        p = self.params
+        return _VectorObjective(net, masks, float(p.distill_alpha), float(p.distill_temperature))  # type: ignore[attr-defined]
+
+    def vector_keys(self, model: nn.Module) -> list[str] | None:
+        assert isinstance(model, _VectorObjective)
+        return [f"net.{k}" for k in model.net.state_dict()]
+
+    def vector_job(self, task: ClientTask) -> VectorJob:
+        """The client's epochs on its p_i submodel, padded to full width, one width drawn a
+        step from its P_i (levels 1 .. k, where p_i = k p_min)."""
+        widths = self.sampled_widths(task.client_id)
+        full, p_min = self.full_channels(), self._p_min()
+        top = nested_channels(full, widths[-1])
+        at_level = nested_channels(full, min(1.0, len(widths) * p_min))
+        if any(len(top[k]) != len(at_level[k]) for k in full):
+            raise ValueError(
+                f"fjord: client {task.client_id}'s width {widths[-1]} is not "
+                f"{len(widths)} x p_min = {len(widths) * p_min} in every layer"
+            )
+        shapes = {k: v.shape for k, v in self.client_model(1.0).state_dict().items()}
+        return VectorJob(
+            start={
+                f"net.{k}": padded(v, shapes[k], f"fjord: {k}") for k, v in task.payload.items()
+            },
+            lr=self.training.lr_at(task.round),
+            step_choices=len(widths),
+        )
+
+    def vector_result(
+        self,
+        task: ClientTask,
+        weights: TensorDict,
+        num_samples: int,
+        metrics: dict[str, float],
+        kept: TensorDict | None = None,
+        data: ClientData | None = None,
+    ) -> ClientResult:
+        """What ``local_update`` returns: the trained p_i submodel (cut from the padded
+        tensors) as the upload and, on an evaluation round, the received and the trained
+        submodel on the client's test set."""
+        model = self.client_model(self.client_width(task.client_id))
+        shapes = {k: v.shape for k, v in model.state_dict().items()}
+        trained = {k: leading_block(weights[f"net.{k}"], shapes[k]) for k in shapes}
+        if task.evaluate:
+            assert data is not None, "the executor gives an evaluation round's client data"
+            model.load_state_dict(task.payload)
+            metrics |= self.client_eval(task, model, data, before=True)
+            model.load_state_dict(trained)
+            metrics |= self.client_eval(task, model, data)
+        return ClientResult(task.client_id, num_samples, trained, None, metrics)

@@ -152,6 +152,7 @@ from flcore.algorithms.widths.decomposed import (
     orthogonality_penalty,
     recover_weight,
 )
+from flcore.algorithms.widths.slicing import leading_block, padded
 from flcore.data import ArrayDataset, DatasetInfo
 
 __all__ = ["Pa3dFL", "Pa3dFLParams", "Pa3dFLHyperNetwork", "select_alpha", "interpolate"]
@@ -464,27 +465,6 @@ def two_head_loss(
         return F.cross_entropy(net.head(f), y) + F.cross_entropy(local, y)
     ce = F.cross_entropy(net.head(f), y, reduction="none")
     return mean(ce) + mean(F.cross_entropy(local, y, reduction="none"))
-
-
-def _padded(t: torch.Tensor, shape: torch.Size, key: str) -> torch.Tensor:
-    """``t`` (a width-p tensor) as the leading block of a zero tensor of the full-width
-    ``shape``: a width-p network is the full one's sub-network on the first channels of every
-    layer (flcore.algorithms.widths.decomposed), so the padded channels compute zeros and get
-    zero gradients (a ReLU passes none at 0, and the next layer's padded inputs are zero)."""
-    if t.dim() != len(shape) or any(a > b for a, b in zip(t.shape, shape, strict=True)):
-        raise ValueError(f"pa3dfl: {key} of shape {tuple(t.shape)} is not within {tuple(shape)}")
-    if t.shape == shape:
-        return t
-    out = t.new_zeros(shape)
-    out[tuple(slice(0, n) for n in t.shape)] = t
-    return out
-
-
-def _prefix(t: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """The leading ``shape`` block of ``t`` (undoes :func:`_padded`)."""
-    if t.shape == shape:
-        return t
-    return t[tuple(slice(0, n) for n in shape)].clone()
 
 
 class _VectorObjective(nn.Module):
@@ -813,7 +793,7 @@ class Pa3dFL(Algorithm):
             trained = tuple(k for k, p in objective.named_parameters() if p.requires_grad)
             clip = ((trained, max_norm),)
         return VectorJob(
-            start={f"net.{k}": _padded(start[k], full[k].shape, k) for k in keys},
+            start={f"net.{k}": padded(start[k], full[k].shape, f"pa3dfl: {k}") for k in keys},
             lr=self.training.lr_at(task.round),
             lr_scale=scale,
             clip=clip,
@@ -834,7 +814,7 @@ class Pa3dFL(Algorithm):
         net = self._net(width)
         shapes = {k: v.shape for k, v in net.state_dict().items()}
         named = {k.removeprefix("net."): v for k, v in weights.items()}
-        trained = {k: _prefix(v, shapes[k]) for k, v in named.items()}
+        trained = {k: leading_block(v, shapes[k]) for k, v in named.items()}
         if task.evaluate:
             assert data is not None, "the executor gives an evaluation round's client data"
             start = dict(task.payload) | dict(task.state or {})

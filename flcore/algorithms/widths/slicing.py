@@ -51,7 +51,9 @@ __all__ = [
     "Kept",
     "SlicedWidthAlgorithm",
     "extract",
+    "leading_block",
     "nested_channels",
+    "padded",
     "rolling_channels",
     "rolling_start",
     "submodel_index",
@@ -108,6 +110,29 @@ def extract(
             t = t.index_select(axis, _axis_index(kept, layer, block, t.device))
         out[key] = t.clone() if t is value else t
     return out
+
+
+def padded(t: torch.Tensor, shape: torch.Size, name: str) -> torch.Tensor:
+    """``t`` (a width-p tensor) as the leading block of a zero tensor of the full-width
+    ``shape``: a width-p network is the full one's sub-network on the first channels of every
+    layer (nested slicing; Pa3dFL's decomposed layers alike), so in the full network the padded
+    channels compute zeros and get zero gradients (a ReLU or max-pool passes none at 0, and the
+    next layer's padded inputs are zero). How the vectorized executor trains clients of several
+    widths in one stack."""
+    if t.dim() != len(shape) or any(a > b for a, b in zip(t.shape, shape, strict=True)):
+        raise ValueError(f"{name} of shape {tuple(t.shape)} is not within {tuple(shape)}")
+    if t.shape == shape:
+        return t
+    out = t.new_zeros(shape)
+    out[tuple(slice(0, n) for n in t.shape)] = t
+    return out
+
+
+def leading_block(t: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """The leading ``shape`` block of ``t``, a new tensor (undoes :func:`padded`)."""
+    if t.shape == shape:
+        return t
+    return t[tuple(slice(0, n) for n in shape)].clone()
 
 
 def submodel_index(
