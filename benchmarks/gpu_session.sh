@@ -131,7 +131,10 @@ fi
 #    the launch-bound per-width stacks since replaced by one padded stack), P1_SETTINGS (default hetero) x P1_METHODS (default pa3dfl fedavg
 #    fjord). Resumed from P1_IN (run folders an earlier session brought back, carried in; mind
 #    the 64 MiB a call carries: the Ideal runs' checkpoints are the largest, so carry one
-#    setting a session); the folders come back as pieces of an archive (the end of this script)
+#    setting a session); the folders come back as pieces of an archive (the end of this script).
+#    P1_EXTRA: more arguments, e.g. Table 3's ablations: P1_METHODS=pa3dfl P1_EXTRA="--ablation
+#    flanc-dec" (one ablation a call: its runs share the stage's time). FjORD trains vectorized
+#    since session 27 (1.08 s a round against the loop's 6.98 s on an H100).
 if stage 7; then
   mkdir -p "$OUT/pa3dfl-t1"
   [ -n "${P1_IN:-}" ] && cp -r "$P1_IN"/. "$OUT/pa3dfl-t1/"
@@ -141,7 +144,7 @@ if stage 7; then
       for m7 in ${P1_METHODS:-pa3dfl fedavg fjord}; do
         timeout "$(( left - 20 ))" python3 benchmarks/reproduce_pa3dfl_table1.py --methods "$m7" \
           --settings "$s7" --seeds 0 --workers 1 --device cuda --out "$OUT/pa3dfl-t1" \
-          --checkpoint-every 5 --max-minutes "$(( (left - 100) / 60 ))" \
+          --checkpoint-every 5 --max-minutes "$(( (left - 100) / 60 ))" ${P1_EXTRA:-} \
           > "$OUT/pa3dfl-t1-$s7-$m7.json" 2> "$OUT/pa3dfl-t1-$s7-$m7.log" &
       done
     done

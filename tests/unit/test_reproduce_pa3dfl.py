@@ -106,3 +106,25 @@ def test_the_summary_compares_only_ended_runs_of_the_papers_setting() -> None:
     assert "+0.45" in table([run(500)])  # 90.00 against the paper's 89.55
     assert "+0.45" in table([run(230, early=1.0)])  # ended by early stopping
     assert "not the paper's setting" in table([run(500, label="clip10")])
+    # Table 3's ablations are compared with Table 3's figures (Hetero only)
+    ablated = table([run(500, label="flanc-dec")])
+    assert "| pa3dfl (flanc-dec) |" in ablated and "84.58" in ablated and "+5.42" in ablated
+    assert "78.94" in table([run(500, label="no-hn")])
+    ideal = dict(run(500, label="no-hn"), setting="ideal")
+    assert "| - | -" in table([ideal])  # no Ideal figure in Table 3's FMNIST column
+
+
+def test_ablation_sets_its_override_and_refuses_other_methods(tmp_path: Path) -> None:
+    import runpy
+
+    mod = runpy.run_path(str(SCRIPT), run_name="reproduce")
+    assert mod["is_comparable"](500, "flanc-dec", ["algorithm_params.decomposition=flanc"])
+    assert not mod["is_comparable"](200, "flanc-dec", ["algorithm_params.decomposition=flanc"])
+    assert not mod["is_comparable"](500, "flanc-dec", ["algorithm_params.decomposition=channel"])
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--ablation", "no-hn", "--methods", "fedavg",
+         "--out", str(tmp_path / "o")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--ablation runs Pa3dFL alone" in done.stderr
+    assert not (tmp_path / "o").exists()

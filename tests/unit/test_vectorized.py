@@ -125,6 +125,18 @@ CASES = {
             "max_grad_norm": 2.0,
         },
     },
+    # FLANC's decomposition (Table 3's ablation): its V padded the same way
+    "pa3dfl-flanc": {
+        "algorithm": "pa3dfl",
+        "model": "pa3dfl_cnn_fmnist",
+        "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.0625, 1.0]},
+        "algorithm_params": {
+            "embed_dim": 4,
+            "hidden_dim": 8,
+            "encoder_depth": 2,
+            "decomposition": "flanc",
+        },
+    },
     # personal parts kept by the clients; the plain head step
     "pa3dfl-private": {
         "algorithm": "pa3dfl",

@@ -25,6 +25,17 @@ Storage and channel order (the paper leaves Reshape_PadFL open):
 - Biases are not decomposed: each layer has a bias of ``T`` values, personal (Pa3dFL generates it
   with the layer's ``V``) and pruned with its channels (the first ``p T``).
 
+FLANC's decomposition (Pa3dFL Eq. 3, ``scheme="flanc"``: the ablation of Pa3dFL's Table 3) is
+the other scheme: ``theta' = U V`` with a basis ``U`` of ``A R1 x R2`` (``A`` the weights each
+input channel feeds: ``k^2``, or ``k^2`` times the block of inputs a channel of a flattened
+feature map gives a linear layer) and coefficients ``V`` of ``R2 x T S / R1``, the column of
+output channel ``o`` and input group ``g`` giving ``o``'s weights over input channels
+``g R1 .. (g + 1) R1``; so ``U`` is shared by every output channel. ``R1`` and ``R2`` are
+:mod:`flcore.algorithms.widths.flanc`'s (``R1 = S p_min``, ``S`` for the first layer;
+``R2 = min(A R1, max(min(S, T), A))``), in input channels. Stored as ``U [R1, A, R2]`` and
+``V [T, R2, S / R1]``, pruning to width ``p`` keeps ``V[:p T, :, :p S / R1]``: Pa3dFL Sec. 3.1's
+"reducing the columns of theta_v to S p T p / R1", again the sub-network on the first channels.
+
 :class:`DecomposedNet` turns any :class:`~flcore.models.SplitModel` whose ``features`` is a
 ``Sequential`` of ``Conv2d`` (groups 1) / ``Linear`` layers and parameter-free modules into its
 decomposed form at one width; the head is not decomposed (Pa3dFL keeps a fixed global head and a
@@ -44,7 +55,10 @@ from torch import nn
 __all__ = [
     "LayerPlan",
     "ranks",
+    "flanc_ranks",
     "layer_plans",
+    "recover",
+    "recover_flanc",
     "recover_weight",
     "DecomposedConv2d",
     "DecomposedLinear",
@@ -86,16 +100,50 @@ class LayerPlan:
     R2: int
     T_p: int  # output channels at this width
     S_p: int  # inputs at this width
+    scheme: Literal["channel", "flanc"] = "channel"
+    block: int = 1  # inputs per input channel beyond the kernel (a flattened map's h w)
 
     @property
     def J(self) -> int:
-        """Number of ``v_j`` blocks at full width (``T / R1``)."""
+        """Number of ``v_j`` blocks at full width (``T / R1``; channel scheme)."""
         return self.T // self.R1
 
     @property
     def J_p(self) -> int:
-        """Number of ``v_j`` blocks kept at this width (Eq. 10)."""
+        """Number of ``v_j`` blocks kept at this width (Eq. 10; channel scheme)."""
         return self.T_p // self.R1
+
+    @property
+    def A(self) -> int:
+        """Weights each input channel feeds in one output channel (``k^2 block``)."""
+        return self.k * self.k * self.block
+
+    def u_shape(self) -> tuple[int, int, int]:
+        """``U``'s stored shape (the same at every width)."""
+        if self.scheme == "flanc":
+            return self.R1, self.A, self.R2
+        return self.R1, self.k * self.k, self.R2
+
+    def v_rows(self, pruned: bool = True) -> tuple[int, int]:
+        """``V`` as rows: (rows, values a row) at this width (``pruned``) or at full width;
+        the width-p rows are the first rows' first values (a decoder's prefix)."""
+        t, s = (self.T_p, self.S_p) if pruned else (self.T, self.S)
+        if self.scheme == "flanc":
+            return t * self.R2, s // (self.block * self.R1)
+        return t // self.R1 * self.R2, s
+
+    def v_shape(self) -> tuple[int, int, int]:
+        """``V``'s stored shape at this width."""
+        rows, row_len = self.v_rows()
+        if self.scheme == "flanc":
+            return self.T_p, self.R2, row_len
+        return self.J_p, self.R2, row_len
+
+    def v_cols(self) -> int:
+        """Columns of ``V`` as the paper's ``R2 x (...)`` matrix at full width: ``J S``
+        (channel scheme), ``T S / R1`` in input channels (FLANC)."""
+        rows, row_len = self.v_rows(pruned=False)
+        return rows * row_len // self.R2
 
     @property
     def key(self) -> str:
@@ -118,15 +166,33 @@ def _weighted(features: nn.Module) -> list[tuple[int, nn.Module]]:
     return out
 
 
-def layer_plans(full: nn.Module, narrow: nn.Module, p_min: float) -> list[LayerPlan]:
+def flanc_ranks(S: int, T: int, A: int, p_min: float, first: bool) -> tuple[int, int]:
+    """(R1, R2) of FLANC's decomposition (flcore.algorithms.widths.flanc's rule), ``S`` in input
+    channels: ``R1 = S p_min`` (``S`` for the first layer, whose inputs do not scale) and
+    ``R2 = min(A R1, max(min(S, T), A))``.
+
+    Raises:
+        ValueError: ``S p_min`` is not a whole number of channels.
+    """
+    r1 = S if first else _whole(S * p_min, f"R1 = S p_min = {S} x {p_min:g}")
+    return r1, min(A * r1, max(min(S, T), A))
+
+
+def layer_plans(
+    full: nn.Module,
+    narrow: nn.Module,
+    p_min: float,
+    scheme: Literal["channel", "flanc"] = "channel",
+) -> list[LayerPlan]:
     """The decomposed layers of ``full`` (width 1), pruned to the sizes of ``narrow`` (the same
-    architecture at the client's width).
+    architecture at the client's width), in Pa3dFL's channel-aware scheme or FLANC's.
 
     Raises:
         ValueError: unsupported layers, or a width whose channel count is not a multiple of R1.
     """
     plans = []
     pairs = zip(_weighted(full.features), _weighted(narrow.features), strict=True)  # type: ignore[arg-type]
+    prev_T = None
     for (i, f), (_, n) in pairs:
         if isinstance(f, nn.Conv2d):
             kind, T, S, k = "conv", f.out_channels, f.in_channels, f.kernel_size[0]
@@ -134,12 +200,25 @@ def layer_plans(full: nn.Module, narrow: nn.Module, p_min: float) -> list[LayerP
         else:
             kind, T, S, k = "linear", f.out_features, f.in_features, 1
             T_p, S_p = n.out_features, n.in_features
-        r1, r2 = ranks(kind, T, S, k, p_min)  # type: ignore[arg-type]
-        if T_p % r1:
-            raise ValueError(
-                f"features.{i}: {T_p} channels at this width are not a multiple of R1 = {r1}"
-            )
-        plans.append(LayerPlan(i, kind, T, S, k, r1, r2, T_p, S_p))  # type: ignore[arg-type]
+        block = 1
+        if scheme == "flanc":
+            # a linear layer after a flattened conv map reads each channel as h w inputs
+            if kind == "linear" and prev_T is not None and prev_T != S and S % prev_T == 0:
+                block = S // prev_T
+            r1, r2 = flanc_ranks(S // block, T, k * k * block, p_min, first=prev_T is None)
+            if (S_p // block) % r1:
+                raise ValueError(
+                    f"features.{i}: {S_p // block} input channels at this width are not a "
+                    f"multiple of R1 = {r1}"
+                )
+        else:
+            r1, r2 = ranks(kind, T, S, k, p_min)  # type: ignore[arg-type]
+            if T_p % r1:
+                raise ValueError(
+                    f"features.{i}: {T_p} channels at this width are not a multiple of R1 = {r1}"
+                )
+        plans.append(LayerPlan(i, kind, T, S, k, r1, r2, T_p, S_p, scheme, block))  # type: ignore[arg-type]
+        prev_T = T
     return plans
 
 
@@ -155,19 +234,39 @@ def recover_weight(U: torch.Tensor, V: torch.Tensor, kind: str) -> torch.Tensor:
     return w.reshape(j * r1, s, k, k)
 
 
+def recover_flanc(U: torch.Tensor, V: torch.Tensor, kind: str, k: int = 1) -> torch.Tensor:
+    """theta from FLANC's basis ``U`` ``[R1, A, R2]`` and coefficients ``V`` ``[T, R2, G]``:
+    output channel ``o``'s weights over input channel ``g R1 + i`` are ``U[i] V[o, :, g]``
+    (``A`` values: a ``k x k`` kernel, or a linear layer's block of inputs); a conv weight
+    ``[T, G R1, k, k]`` or a linear one ``[T, G R1 A]``."""
+    r1, a, _ = U.shape
+    t, _, g = V.shape
+    w = torch.einsum("iar,org->ogia", U, V).reshape(t, g * r1, a)
+    if kind == "linear":
+        return w.reshape(t, g * r1 * a)
+    return w.reshape(t, g * r1, k, k)
+
+
+def recover(plan: LayerPlan, U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """The layer's weight from ``U`` and ``V`` in its plan's scheme."""
+    if plan.scheme == "flanc":
+        return recover_flanc(U, V, plan.kind, plan.k)
+    return recover_weight(U, V, plan.kind)
+
+
 class _Decomposed(nn.Module):
     kind: str
 
     def __init__(self, plan: LayerPlan) -> None:
         super().__init__()
         self.plan = plan
-        self.U = nn.Parameter(torch.zeros(plan.R1, plan.k * plan.k, plan.R2))
-        self.V = nn.Parameter(torch.zeros(plan.J_p, plan.R2, plan.S_p))
+        self.U = nn.Parameter(torch.zeros(plan.u_shape()))
+        self.V = nn.Parameter(torch.zeros(plan.v_shape()))
         self.bias = nn.Parameter(torch.zeros(plan.T_p))
 
     def weight(self) -> torch.Tensor:
         """The recovered weight at this layer's width."""
-        return recover_weight(self.U, self.V, self.kind)
+        return recover(self.plan, self.U, self.V)
 
 
 class DecomposedConv2d(_Decomposed):
