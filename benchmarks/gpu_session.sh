@@ -188,6 +188,8 @@ tail -n 3 "$OUT"/*.log
 # everything but stage 7's run folders goes into results.tgz, those folders (checkpoints) into
 # 15 MiB pieces pa3dfl-t1.tgz.NN. Unpack here with
 #   tar xzf results.tgz -C DIR; cat pa3dfl-t1.tgz.* | tar xz -C DIR   (DIR/pa3dfl-t1: P1_IN)
+# or, unpacking every archive of a call and handing stage 7's folders to the CPU queue where
+# they are further along: python benchmarks/gpu_unpack.py FILES_AT --to DIR --merge QUEUE_DIR
 cd "$OUT" || exit 1
 if [ -d pa3dfl-t1 ]; then
   tar cz pa3dfl-t1 | split -b 15M -d - pa3dfl-t1.tgz. && rm -rf pa3dfl-t1

@@ -77,3 +77,54 @@ def test_side_by_side_runs_come_back_without_checkpoints(tmp_path: Path, data_ro
         assert not list(f.glob("checkpoint*"))
     records = [json.loads((unpacked / f"fedhkd-{n}.json").read_text()) for n in (1, 2)]
     assert sorted(r["runs"][0]["method"] for r in records) == ["fedavg", "fedproto"]
+
+
+def test_unpack_merges_only_run_folders_that_are_further_along(tmp_path: Path) -> None:
+    """benchmarks/gpu_unpack.py: what gpu_session.sh packed unpacks in place, and a stage-7 run
+    folder replaces the CPU queue's only when it has more rounds (and a checkpoint)."""
+    import json
+    import sys
+
+    out = tmp_path / "files" / "a"
+
+    def run_folder(root: Path, name: str, rounds: int, checkpoint: bool = True) -> None:
+        d = root / name
+        d.mkdir(parents=True)
+        (d / "metrics.jsonl").write_text(
+            "".join(f'{{"round": {r}}}\n' for r in range(1, rounds + 1))
+        )
+        if checkpoint:
+            (d / "checkpoint.pt").write_bytes(os.urandom(1000))
+
+    run_folder(out / "pa3dfl-t1", "hetero-pa3dfl-r500-s0", 160)  # ahead of the queue's
+    run_folder(out / "pa3dfl-t1", "hetero-fjord-r500-s0", 35)  # behind it
+    run_folder(out / "pa3dfl-t1", "ideal-fedavg-r500-s0", 12)  # new
+    run_folder(out / "lodmeta", "regular-5shot-lodmeta-s1", 400, checkpoint=False)
+    env = os.environ | {"OUT": str(out), "STAGES": "none"}
+    subprocess.run(["bash", str(SCRIPT)], env=env, check=True, capture_output=True, timeout=120)
+    queue = tmp_path / "queue"
+    run_folder(queue, "hetero-pa3dfl-r500-s0", 10)
+    run_folder(queue, "hetero-fjord-r500-s0", 90)
+    unpacker = SCRIPT.parent / "gpu_unpack.py"
+    done = subprocess.run(
+        [sys.executable, str(unpacker), str(tmp_path / "files"), "--to", str(tmp_path / "home"),
+         "--merge", str(queue)],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    report = {r["run"]: r for r in json.loads(done.stdout)["merged"]}
+    assert report["hetero-pa3dfl-r500-s0"] == {
+        "run": "hetero-pa3dfl-r500-s0", "came": 160, "had": 10, "merged": True}  # fmt: skip
+    assert report["hetero-fjord-r500-s0"]["merged"] is False
+    assert report["ideal-fedavg-r500-s0"]["merged"] is True
+    assert "regular-5shot-lodmeta-s1" not in report  # no checkpoint: it cannot resume
+    lines = (queue / "hetero-pa3dfl-r500-s0" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 160
+    assert len((queue / "hetero-fjord-r500-s0" / "metrics.jsonl").read_text().splitlines()) == 90
+    home = tmp_path / "home" / "a"
+    assert (home / "lodmeta" / "regular-5shot-lodmeta-s1" / "metrics.jsonl").is_file()
+    assert (home / "pa3dfl-t1" / "ideal-fedavg-r500-s0" / "checkpoint.pt").is_file()
+    bad = subprocess.run(
+        [sys.executable, str(unpacker), str(tmp_path / "nothing"), "--to", str(tmp_path / "x")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "no folder" in bad.stderr
