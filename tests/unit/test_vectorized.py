@@ -156,6 +156,12 @@ CASES = {
         "model": "pa3dfl_cnn_fmnist",
         "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.0625, 1.0]},
     },
+    # rolling windows (a round's windows start past channel 0 from round 2), padded
+    "fedrolex": {
+        "algorithm": "fedrolex",
+        "model": "pa3dfl_cnn_fmnist",
+        "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.0625, 0.5]},
+    },
     "dp_fedavg_client": {
         "algorithm": "dp_fedavg_client",
         "privacy": {"mechanism": "client", "noise_multiplier": 0.05, "clip": 5.0},
@@ -242,6 +248,7 @@ def test_subclasses_do_not_inherit_vectorized() -> None:
         "dp_fedavg_client",
         "fedavg",
         "fedprox",
+        "fedrolex",
         "fjord",
         "hyperfl",
         "local",

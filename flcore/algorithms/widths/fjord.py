@@ -55,6 +55,8 @@ Choices where the paper is silent, and deviations:
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from pydantic import Field
@@ -65,18 +67,14 @@ from flcore.algorithms.base import (
     ALGORITHMS,
     AlgorithmParams,
     ClientData,
-    ClientResult,
     ClientTask,
-    TensorDict,
     VectorJob,
 )
 from flcore.algorithms.widths.slicing import (
     AxesMap,
     SlicedWidthAlgorithm,
     extract,
-    leading_block,
     nested_channels,
-    padded,
 )
 from flcore.models.scalable import scaled
 
@@ -194,6 +192,7 @@ class FjORD(SlicedWidthAlgorithm):
     weighted = True
     vectorized = True  # padded to full width, each step's width a mask (vector_objective)
     vector_objective = True
+    _vector_prefix = "net."
 
     def sampled_widths(self, client_id: int) -> list[float]:
         """P_i: the widths client ``client_id`` draws from, ascending (the last is p_i)."""
@@ -266,34 +265,4 @@ class FjORD(SlicedWidthAlgorithm):
                 f"fjord: client {task.client_id}'s width {widths[-1]} is not "
                 f"{len(widths)} x p_min = {len(widths) * p_min} in every layer"
             )
-        shapes = {k: v.shape for k, v in self.client_model(1.0).state_dict().items()}
-        return VectorJob(
-            start={
-                f"net.{k}": padded(v, shapes[k], f"fjord: {k}") for k, v in task.payload.items()
-            },
-            lr=self.training.lr_at(task.round),
-            step_choices=len(widths),
-        )
-
-    def vector_result(
-        self,
-        task: ClientTask,
-        weights: TensorDict,
-        num_samples: int,
-        metrics: dict[str, float],
-        kept: TensorDict | None = None,
-        data: ClientData | None = None,
-    ) -> ClientResult:
-        """What ``local_update`` returns: the trained p_i submodel (cut from the padded
-        tensors) as the upload and, on an evaluation round, the received and the trained
-        submodel on the client's test set."""
-        model = self.client_model(self.client_width(task.client_id))
-        shapes = {k: v.shape for k, v in model.state_dict().items()}
-        trained = {k: leading_block(weights[f"net.{k}"], shapes[k]) for k in shapes}
-        if task.evaluate:
-            assert data is not None, "the executor gives an evaluation round's client data"
-            model.load_state_dict(task.payload)
-            metrics |= self.client_eval(task, model, data, before=True)
-            model.load_state_dict(trained)
-            metrics |= self.client_eval(task, model, data)
-        return ClientResult(task.client_id, num_samples, trained, None, metrics)
+        return dataclasses.replace(super().vector_job(task), step_choices=len(widths))

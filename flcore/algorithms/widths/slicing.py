@@ -40,6 +40,7 @@ from flcore.algorithms.base import (
     ClientData,
     ClientResult,
     ClientTask,
+    VectorJob,
     seeded,
 )
 from flcore.algorithms.cover import CoverMean, Index
@@ -240,6 +241,53 @@ class SlicedWidthAlgorithm(Algorithm):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
+
+    # ------------------------------------------------------------------ vectorized rounds
+    #: where the network's parameters sit in :meth:`vector_model` ("net." inside an objective)
+    _vector_prefix: ClassVar[str] = ""
+
+    def vector_model(self) -> nn.Module:
+        """The full-width network: every client trains its submodel zero-padded into it
+        (:func:`padded`), whose extra channels compute zeros and get zero gradients; a
+        subclass that declares ``vectorized`` with the default training (E epochs of
+        cross-entropy SGD: FedRolex) needs nothing more. The submodel's kept channels are its
+        own tensors' order, whichever channels of the full model they came from."""
+        return self.build(1.0)
+
+    def vector_job(self, task: ClientTask) -> VectorJob:
+        """The client's epochs on its submodel, padded to full width."""
+        shapes = {k: v.shape for k, v in self.client_model(1.0).state_dict().items()}
+        pre = self._vector_prefix
+        return VectorJob(
+            start={
+                f"{pre}{k}": padded(v, shapes[k], f"{self.name}: {k}")
+                for k, v in task.payload.items()
+            },
+            lr=self.training.lr_at(task.round),
+        )
+
+    def vector_result(
+        self,
+        task: ClientTask,
+        weights: dict[str, torch.Tensor],
+        num_samples: int,
+        metrics: dict[str, float],
+        kept: dict[str, torch.Tensor] | None = None,
+        data: ClientData | None = None,
+    ) -> ClientResult:
+        """What ``local_update`` returns: the trained submodel, cut from the padded tensors, as
+        the upload; given the client's ``data`` (an algorithm with its own objective, which
+        evaluates its clients itself), the received and trained submodels' metrics."""
+        model = self.client_model(self.client_width(task.client_id))
+        shapes = {k: v.shape for k, v in model.state_dict().items()}
+        pre = self._vector_prefix
+        trained = {k: leading_block(weights[f"{pre}{k}"], shapes[k]) for k in shapes}
+        if task.evaluate and data is not None:
+            model.load_state_dict(task.payload)
+            metrics |= self.client_eval(task, model, data, before=True)
+            model.load_state_dict(trained)
+            metrics |= self.client_eval(task, model, data)
+        return ClientResult(task.client_id, num_samples, trained, None, metrics)
 
     # ------------------------------------------------------------------ client side
     def client_model(self, width: float) -> nn.Module:
