@@ -7,8 +7,8 @@ client runs as one ``torch.func.vmap`` over ``functional_call``; the SGD state (
 buffers) is stacked the same way. What it runs is :class:`~flcore.algorithms.base.VectorJob`,
 the local work of the algorithms that declare ``vectorized`` (FedAvg, FedProx, Local-only,
 Ditto, DP-FedAvg with record-level or client-level DP, HyperFL, pFedHN and pFedHN-PC, whose
-generated models share one architecture, and Pa3dFL, FjORD and FedRolex, padded to full
-width): E epochs
+generated models share one architecture, and Pa3dFL, FjORD, HeteroFL and FedRolex, padded to
+full width): E epochs
 of SGD with momentum and weight decay on the cross-entropy of the algorithm's ``vector_model``, from
 a start point, on all its parameters or a named part, with a proximal gradient (FedProx's,
 Ditto's personal objective), per-group gradient clipping and DP-SGD as options, and further
@@ -223,15 +223,27 @@ class VectorizedExecutor:
             phases.append(nxt)  # type: ignore[arg-type]
         for jobs in phases:
             plans = {
-                (j.follows, j.epochs, j.trains, j.clip, j.private, j.lr_scale, j.step_choices > 0)
+                (
+                    j.follows,
+                    j.epochs,
+                    j.trains,
+                    j.clip,
+                    j.private,
+                    j.lr_scale,
+                    j.step_choices > 0,
+                    len(j.consts),
+                    j.class_mask,
+                )
                 for j in jobs
             }
             if len(plans) > 1:
                 raise ValueError(f"{alg.name}: clients of one round planned different trainings")
         if phases[0][0].follows:
             raise ValueError(f"{alg.name}: the first training cannot follow another")
-        if any(j.step_choices for js in phases for j in js) and not alg.vector_objective:
-            raise ValueError(f"{alg.name}: a job draws step choices without its own objective")
+        if not alg.vector_objective and any(
+            j.step_choices or j.consts or j.class_mask for js in phases for j in js
+        ):
+            raise ValueError(f"{alg.name}: a job hands its objective inputs it does not have")
         # a chain: trainings linked by ``follows``; its end is a result (VectorJob's docstring)
         ends = [
             d for d in range(len(phases)) if d + 1 == len(phases) or not phases[d + 1][0].follows
@@ -267,7 +279,12 @@ class VectorizedExecutor:
             if depth == last_chain and judged:  # the start of the model the client keeps
                 self._evaluate_into(metrics, judged, params, tasks, before=True)
             choices = [j.step_choices for j in jobs] if job.step_choices else None
-            losses = self._train(params, anchor, lr, mu, tasks, gens, train_rows, job, choices)
+            given = tuple(self._stack([j.consts[i] for j in jobs]) for i in range(len(job.consts)))
+            if job.class_mask:
+                given += (self._class_masks(train_rows),)
+            losses = self._train(
+                params, anchor, lr, mu, tasks, gens, train_rows, job, choices, given
+            )
             if depth == ends[0]:  # the released model's loss, as the loop reports it
                 for k, loss in enumerate(losses):
                     metrics[k]["train_loss"] = loss
@@ -315,10 +332,12 @@ class VectorizedExecutor:
         rows: list[torch.Tensor],
         job: Any,
         choices: list[int] | None = None,
+        given: tuple[torch.Tensor, ...] = (),
     ) -> list[float]:
         """Every client's epochs of ``job``, step by step in lockstep (DP-SGD when the run's
         mechanism is ``dpsgd`` and the job is ``private``); returns each one's mean loss.
-        ``choices``: each client's ``VectorJob.step_choices`` (None: no draw a step)."""
+        ``choices``: each client's ``VectorJob.step_choices`` (None: no draw a step);
+        ``given``: stacked per-client inputs of the objective (``consts``, the class mask)."""
         t = self._alg.training
         epochs = t.epochs if job.epochs is None else job.epochs
         names = list(job.trains) if job.trains is not None else self._names
@@ -370,7 +389,7 @@ class VectorizedExecutor:
                 trained = {k: params[k] for k in names}
                 if choices is not None:
                     drawn = (picks[:, s], count)
-                grads, loss = step(trained, held, x, y, mask[:, s].to(dtype), *drawn)
+                grads, loss = step(trained, held, x, y, mask[:, s].to(dtype), *drawn, *given)
                 loss_sum += torch.where(active[:, s], loss, 0.0)
                 for group, max_norm in job.clip:
                     _clip_(grads, group, max_norm)
@@ -425,6 +444,15 @@ class VectorizedExecutor:
                 loss_sum += torch.where(active[:, s], loss, 0.0)
                 self._sgd(params, buf, grads, anchor, lr, mu, active[:, s], scale, **how[s])
         return (loss_sum.cpu() / steps.clamp(min=1).to(dtype)).tolist()
+
+    def _class_masks(self, rows: list[torch.Tensor]) -> torch.Tensor:
+        """``[K, num_classes]``: the classes each client's training records hold."""
+        n = self._alg.model_spec.num_classes
+        labels = self._fed.splits.train.labels
+        out = torch.zeros(len(rows), n, dtype=torch.bool)
+        for k, row in enumerate(rows):
+            out[k, labels[row].unique()] = True
+        return out.to(self.device)
 
     def _epoch_batches(
         self,

@@ -157,6 +157,10 @@ class VectorJob:
             loop's loss function draws it (FjORD's width); the objective (an algorithm with
             :attr:`Algorithm.vector_objective`) is then called ``forward(x, y, mask, choice,
             step_choices)``, both a 0-dim integer tensor per client.
+        consts: tensors of this client handed to the objective at every step, after the
+            step's draws (HeteroFL: its width, for the Scaler); the clients' are stacked.
+        class_mask: hand the objective, last, a ``[num_classes]`` boolean mask of the classes
+            the client's training records hold (HeteroFL's masked cross-entropy).
 
     Trainings linked by ``follows`` form a chain. The first chain's result is the upload, the
     last chain's the model the client keeps; ``accuracy_before`` is taken at the start of the
@@ -176,6 +180,8 @@ class VectorJob:
     follows: bool = False
     lr_scale: tuple[tuple[str, float], ...] = ()
     step_choices: int = 0
+    consts: tuple[torch.Tensor, ...] = ()
+    class_mask: bool = False
 
 
 @dataclass

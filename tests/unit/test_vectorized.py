@@ -162,6 +162,13 @@ CASES = {
         "model": "pa3dfl_cnn_fmnist",
         "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.0625, 0.5]},
     },
+    # the Scaler at each client's width and the label mask, under a skewed partition
+    "heterofl": {
+        "algorithm": "heterofl",
+        "model": "pa3dfl_cnn_fmnist",
+        "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.0625, 0.5]},
+        "partition": {"name": "dirichlet", "beta": 0.1},
+    },
     "dp_fedavg_client": {
         "algorithm": "dp_fedavg_client",
         "privacy": {"mechanism": "client", "noise_multiplier": 0.05, "clip": 5.0},
@@ -250,6 +257,7 @@ def test_subclasses_do_not_inherit_vectorized() -> None:
         "fedprox",
         "fedrolex",
         "fjord",
+        "heterofl",
         "hyperfl",
         "local",
         "pa3dfl",
