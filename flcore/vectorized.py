@@ -7,8 +7,8 @@ client runs as one ``torch.func.vmap`` over ``functional_call``; the SGD state (
 buffers) is stacked the same way. What it runs is :class:`~flcore.algorithms.base.VectorJob`,
 the local work of the algorithms that declare ``vectorized`` (FedAvg, FedProx, Local-only,
 Ditto, DP-FedAvg with record-level or client-level DP, HyperFL, pFedHN and pFedHN-PC, whose
-generated models share one architecture, and Pa3dFL, FjORD, HeteroFL and FedRolex, padded to
-full width): E epochs
+generated models share one architecture, and Pa3dFL, FjORD, HeteroFL, FedRolex and Local-only
+under a capacity setting, padded to full width): E epochs
 of SGD with momentum and weight decay on the cross-entropy of the algorithm's ``vector_model``, from
 a start point, on all its parameters or a named part, with a proximal gradient (FedProx's,
 Ditto's personal objective), per-group gradient clipping and DP-SGD as options, and further

@@ -169,6 +169,12 @@ CASES = {
         "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.0625, 0.5]},
         "partition": {"name": "dirichlet", "beta": 0.1},
     },
+    # capacity-aware Local-only: each client's width padded into the full network
+    "local-widths": {
+        "algorithm": "local",
+        "model": "pa3dfl_cnn_fmnist",
+        "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.0625, 0.5]},
+    },
     "dp_fedavg_client": {
         "algorithm": "dp_fedavg_client",
         "privacy": {"mechanism": "client", "noise_multiplier": 0.05, "clip": 5.0},
