@@ -10,8 +10,8 @@ selection and the first allocation, and the evaluated last round are left out).
 
 Parts (``--parts``):
 - ``rounds``: FedAvg, HyperFL, DP-FedAvg (its Table 1 config: target epsilon 4, clip 0.04) and
-  Pa3dFL and FjORD (``--cases pa3dfl fjord``: Pa3dFL's Table 1 Hetero configs, every client
-  every round),
+  the width family (``--cases pa3dfl fjord heterofl fedrolex``: Pa3dFL's Table 1 Hetero
+  configs, every client every round),
   loop and vectorized, at 20 clients; the three vectorized and FedAvg's loop at 100; each
   with or without ``torch.use_deterministic_algorithms`` (``--deterministic``).
 - ``packing``: 1, 4 and 8 processes at once on the device, each a short FedAvg run (20 clients,
@@ -64,11 +64,12 @@ ALGORITHM_CONFIG = {
     # FjORD at the same setting (Pa3dFL's Table 1 baseline): a width drawn a step, a teacher
     # pass beside it
     "fjord": "pa3dfl/fmnist_hetero_fjord.yaml",
+    "heterofl": "pa3dfl/fmnist_hetero_heterofl.yaml",
+    "fedrolex": "pa3dfl/fmnist_hetero_fedrolex.yaml",
 }
-EXTRA = {
-    "pa3dfl": {"client_fraction": 1.0, "early_stopping": None},
-    "fjord": {"client_fraction": 1.0, "early_stopping": None},
-}
+#: the cases on Pa3dFL's Hetero configs (their clients split records for validation)
+WIDTH_CASES = ("pa3dfl", "fjord", "heterofl", "fedrolex")
+EXTRA = {a: {"client_fraction": 1.0, "early_stopping": None} for a in WIDTH_CASES}
 
 
 def config(algorithm: str, clients: int, rounds: int, device: str, executor: str, **extra: Any):  # type: ignore[no-untyped-def]
@@ -121,11 +122,11 @@ def part_rounds(args: argparse.Namespace) -> dict[str, Any]:
     small, large = min(args.clients), max(args.clients)
     cases = [("fedavg", small, "loop"), ("fedavg", small, "vectorized")]
     cases += [("fedavg", c, "vectorized") for c in args.clients if c != small]
-    for alg in ("dp_fedavg", "hyperfl", "pa3dfl", "fjord"):
+    for alg in ("dp_fedavg", "hyperfl", *WIDTH_CASES):
         cases += [(alg, small, ex) for ex in ("vectorized", "loop")]
     cases += [
         (a, c, "vectorized")
-        for a in ("hyperfl", "dp_fedavg", "pa3dfl", "fjord")
+        for a in ("hyperfl", "dp_fedavg", *WIDTH_CASES)
         for c in args.clients
         if c != small
     ]
@@ -140,7 +141,7 @@ def part_rounds(args: argparse.Namespace) -> dict[str, Any]:
             rounds = args.warmup + args.rounds + 1
             cfg = config(alg, clients, rounds, args.device, ex, **EXTRA.get(alg, {}))
             # the Pa3dFL configs split clients' records (validation)
-            data_key = (clients, alg in ("pa3dfl", "fjord"))
+            data_key = (clients, alg in WIDTH_CASES)
             if data_key not in datas:
                 datas[data_key] = build_data(cfg)
             key = f"{alg}-{clients}-{ex}" + ("-deterministic" if deterministic else "")
@@ -158,7 +159,7 @@ def part_rounds(args: argparse.Namespace) -> dict[str, Any]:
         return out.get(k, {}).get("round_seconds_median")
 
     for clients in args.clients:
-        for alg in ("fedavg", "pa3dfl", "fjord"):
+        for alg in ("fedavg", *WIDTH_CASES):
             a, b = med(f"{alg}-{clients}-loop"), med(f"{alg}-{clients}-vectorized")
             if a and b:
                 ratios[f"{alg}_{clients}_loop_over_vectorized"] = a / b
