@@ -190,6 +190,8 @@ SLOW_CASES = {
     "hyperfl-no-head-step",
     "pfedhn_pc",
     "pa3dfl-private",
+    "pa3dfl-flanc",  # Pa3dFL's padded stack with the other decomposition
+    "local-widths",  # the padded cross-entropy path, as fedrolex's
 }
 
 

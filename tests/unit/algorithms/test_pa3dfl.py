@@ -297,7 +297,9 @@ class _Rec(Callback):
         self.rounds.append(result.metrics)
 
 
-@pytest.mark.parametrize("decomposition", ["channel", "flanc"])
+@pytest.mark.parametrize(
+    "decomposition", ["channel", pytest.param("flanc", marks=pytest.mark.slow)]
+)
 def test_three_rounds_on_real_fmnist_improve_accuracy(data_root: Path, decomposition: str) -> None:
     raw = {
         "algorithm": "pa3dfl",
