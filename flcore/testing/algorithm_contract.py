@@ -79,16 +79,25 @@ def check_determinism(cfg: ExperimentConfig, data: FederatedData) -> None:
     assert _state_equal(ea.client_states, eb.client_states)
 
 
-def check_checkpoint_round_trip(cfg: ExperimentConfig, data: FederatedData, path: Any) -> None:
-    straight, e_straight = _run(cfg, data)
+def _resumed_after_one_round(
+    cfg: ExperimentConfig, resume_cfg: ExperimentConfig, data: FederatedData, path: Any
+) -> tuple[_Rec, Engine]:
+    """One round of ``cfg`` checkpointed to ``path``, and a recorded engine of ``resume_cfg``
+    restored from it (not yet run on)."""
     first = build_engine(cfg, data=data)
     rounds = first.iter_rounds()
     next(rounds)
     rounds.close()
     first.save_checkpoint(path)
     rec = _Rec()
-    resumed = build_engine(cfg, data=data, callbacks=[rec])
+    resumed = build_engine(resume_cfg, data=data, callbacks=[rec])
     resumed.load_checkpoint(path)
+    return rec, resumed
+
+
+def check_checkpoint_round_trip(cfg: ExperimentConfig, data: FederatedData, path: Any) -> None:
+    straight, e_straight = _run(cfg, data)
+    rec, resumed = _resumed_after_one_round(cfg, cfg, data, path)
     resumed.run()
     assert [_comparable(r.metrics) for r in rec.rounds] == [
         _comparable(r.metrics) for r in straight.rounds[1:]
@@ -114,14 +123,7 @@ def check_checkpoint_changes_device(
     """A run checkpointed on ``cfg``'s device resumes on ``other``'s (a GPU run finished on a
     CPU, or the other way round): the remaining rounds run there to the end, and on a CPU every
     tensor of the resumed state is on the CPU."""
-    first = build_engine(cfg, data=data)
-    rounds = first.iter_rounds()
-    next(rounds)
-    rounds.close()
-    first.save_checkpoint(path)
-    rec = _Rec()
-    resumed = build_engine(other, data=data, callbacks=[rec])
-    resumed.load_checkpoint(path)
+    rec, resumed = _resumed_after_one_round(cfg, other, data, path)
     if torch.device(other.device).type == "cpu":
         assert _devices(resumed.algorithm.state_dict()) <= {"cpu"}
         assert _devices(resumed.client_states) <= {"cpu"}
