@@ -1,13 +1,22 @@
-"""Where long benchmark runs keep their output: outside the work tree.
+"""Where long benchmark runs keep their output: outside the work tree; and what they keep inside it.
 
 A checkout can be laid anew between sessions, and a git-ignored folder inside it goes with it (a
 HyperFL run lost its round-145 checkpoint that way). ``$FEDSWEEP_RUNS`` overrides the default
 ``~/.cache/fedsweep-runs``.
+
+That folder does not survive a new machine either (session 28 found an empty home: every
+checkpoint and every ended run of sessions 17-27 gone, their figures left only in BENCHMARKS.md).
+So a run that ends also leaves a *record* (:func:`write_record`): one small JSON file under
+``benchmarks/records/<kind>/<run>.json`` (``--records``), its summary, the config it ran, the
+machine, the seconds spent and a compact per-round curve, committed with the repository. The
+``--summary`` tables read run folders and records together (:func:`scan_runs`; a folder wins over
+its own record), so the seeds of a table can come from different machines and sessions.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import time
@@ -15,14 +24,37 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "CURVE_KEYS",
     "MIN_SEEDS",
+    "RECORDS",
     "combine",
     "compare",
+    "read_curve",
+    "record_file",
+    "records_dir",
     "resume_run",
     "runs_dir",
     "scan_runs",
     "truncate_log",
+    "write_record",
 ]
+
+#: the committed records of ended runs, one folder per script (``--records``);
+#: ``$FEDSWEEP_RECORDS`` moves them (the tests send theirs to a temporary folder)
+RECORDS = Path(os.environ.get("FEDSWEEP_RECORDS") or Path(__file__).resolve().parent / "records")
+#: the per-round metrics a record keeps (those a run logs): the curves and the privacy spent
+CURVE_KEYS = (
+    "round",
+    "train_loss",
+    "accuracy",
+    "accuracy_before",
+    "val_accuracy",
+    "val_accuracy_before",
+    "global_accuracy",
+    "unseen_accuracy",
+    "comm_units",
+    "epsilon",
+)
 
 
 def runs_dir(*parts: str) -> Path:
@@ -38,6 +70,7 @@ def resume_run(
     checkpoint_every: int,
     deadline: float,
     until_round: int | None = None,
+    record: Path | None = None,
 ) -> tuple[Any, dict[str, Any], float]:
     """Run (or resume, or only read) the engine of ``cfg`` in ``run_dir``, resumably.
 
@@ -46,7 +79,8 @@ def resume_run(
     one row per round (rows past the checkpoint are dropped on resume: the rounds replay);
     ``spent.json`` the wall seconds spent over every invocation; ``summary.json`` the engine's
     summary. A run stops cleanly at the first checkpoint after ``deadline`` (a ``time.time()``).
-    Returns the engine, its summary and the seconds spent.
+    Once the run has ended (now or before), its record goes to the file ``record`` when given
+    (:func:`write_record`). Returns the engine, its summary and the seconds spent.
     """
     from flcore.experiment import build_data, build_engine
     from sweeps.cli import jsonable
@@ -84,7 +118,52 @@ def resume_run(
     (run_dir / "summary.json").write_text(
         json.dumps({k: jsonable(v) for k, v in summary.items()}, indent=1)
     )
+    if record is not None and engine.finished:
+        write_record(record, run_dir, cfg, spent)
     return engine, summary, spent
+
+
+def _short(value: Any) -> Any:
+    """A metric as a record keeps it: floats to 6 significant digits, inf as "inf"."""
+    if isinstance(value, float) and math.isfinite(value):
+        return float(f"{value:.6g}")
+    return value
+
+
+def write_record(path: Path, run_dir: Path, cfg: Any, seconds: float) -> None:
+    """The record of the ended run in ``run_dir``: its summary (as ``summary.json`` holds it),
+    the config it ran (every field, overrides applied), the machine, the seconds spent and the
+    :data:`CURVE_KEYS` of every logged round as columns and rows (a few tens of kB for 500
+    rounds). Written atomically; an existing record of the same run is replaced."""
+    from _machine import machine
+
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    columns = [k for k in CURVE_KEYS if any(r.get(k) is not None for r in rows)]
+    doc = {
+        "run": run_dir.name,
+        "summary": json.loads((run_dir / "summary.json").read_text()),
+        "config": json.loads(cfg.model_dump_json()),
+        "machine": machine(),
+        "seconds": round(seconds, 1),
+        "curve": {
+            "columns": columns,
+            "rows": [[_short(r.get(k)) for k in columns] for r in rows],
+        },
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    tmp.replace(path)
+
+
+def read_curve(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """One dict per logged round of a run that :func:`scan_runs` found: its folder's
+    ``metrics.jsonl`` (every key), or its record's curve (the :data:`CURVE_KEYS` it kept)."""
+    if run.get("folder") is not None:
+        log = Path(run["folder"]) / "metrics.jsonl"
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+    curve = run["record"]["curve"]
+    return [dict(zip(curve["columns"], row, strict=True)) for row in curve["rows"]]
 
 
 def truncate_log(log: Path, rounds_done: int) -> None:
@@ -104,6 +183,12 @@ def add_run_options(ap: Any, out: str, *, rounds_help: str, summary_help: str) -
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--rounds", type=int, default=None, help=rounds_help)
     ap.add_argument("--out", default=str(runs_dir(out)))
+    ap.add_argument(
+        "--records",
+        default=str(RECORDS / out),
+        help="where an ended run leaves its record (committed with the repository), and where "
+        "--summary reads them beside OUT's folders; '' for none",
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--checkpoint-every", type=int, default=5)
     ap.add_argument("--max-minutes", type=float, default=float("inf"))
@@ -122,6 +207,17 @@ def add_run_options(ap: Any, out: str, *, rounds_help: str, summary_help: str) -
         "stays comparable; on cuda ``executor: auto`` vectorizes where the algorithm allows",
     )
     ap.add_argument("--summary", action="store_true", help=summary_help)
+
+
+def records_dir(args: Any) -> Path | None:
+    """``--records`` as a folder, or ``None`` for ``--records ''`` (no records)."""
+    return Path(args.records) if args.records else None
+
+
+def record_file(args: Any, run_name: str) -> Path | None:
+    """Where the run ``run_name`` leaves its record under ``--records`` (``None``: nowhere)."""
+    folder = records_dir(args)
+    return None if folder is None else folder / f"{run_name}.json"
 
 
 def execution_overrides(args: Any) -> list[str]:
@@ -170,21 +266,33 @@ def combine(verdicts: list[str]) -> str:
     return "supported"
 
 
-def scan_runs(out: Path, pattern: Any, methods: Any) -> list[dict[str, Any]]:
-    """Every run folder under ``out`` whose name matches ``pattern`` (a compiled regex with
-    groups ``setting``, ``name`` and ``seed``, and any others) and that holds a
-    ``summary.json``: the groups (``seed`` as an int), ``method`` (the longest of ``methods``
-    the name starts with), ``label`` (the rest of the name), ``summary`` and ``folder``."""
-    runs = []
+def scan_runs(
+    out: Path, pattern: Any, methods: Any, records: Path | None = None
+) -> list[dict[str, Any]]:
+    """Every run under ``out`` whose name matches ``pattern`` (a compiled regex with groups
+    ``setting``, ``name`` and ``seed``, and any others) and that holds a ``summary.json``, and
+    every record ``<run>.json`` under ``records`` whose run has no such folder in ``out``: the
+    groups (``seed`` as an int), ``method`` (the longest of ``methods`` the name starts with),
+    ``label`` (the rest of the name), ``summary``, and ``folder`` (``None`` for a record) or
+    ``record`` (the record's JSON)."""
+    found: dict[str, tuple[dict[str, Any], Path | None, dict[str, Any] | None]] = {}
+    for file in sorted(records.glob("*.json")) if records is not None and records.is_dir() else []:
+        doc = json.loads(file.read_text())
+        found[file.stem] = (doc["summary"], None, doc)
     for folder in sorted(out.iterdir()) if out.is_dir() else []:
-        m = pattern.match(folder.name)
         summary_file = folder / "summary.json"
-        if m is None or not summary_file.is_file():
+        if summary_file.is_file():
+            found[folder.name] = (json.loads(summary_file.read_text()), folder, None)
+    runs = []
+    for run_name in sorted(found):
+        m = pattern.match(run_name)
+        if m is None:
             continue
         name = m["name"]
         method = next((x for x in sorted(methods, key=len, reverse=True) if name.startswith(x)), "")
         if not method or (name != method and not name.startswith(method + "-")):
             continue
+        summary, folder, record = found[run_name]
         groups = {k: v for k, v in m.groupdict().items() if k != "name"}
         runs.append(
             groups
@@ -192,8 +300,9 @@ def scan_runs(out: Path, pattern: Any, methods: Any) -> list[dict[str, Any]]:
                 "seed": int(m["seed"]),
                 "method": method,
                 "label": name[len(method) + 1 :],
-                "summary": json.loads(summary_file.read_text()),
+                "summary": summary,
                 "folder": folder,
+                "record": record,
             }
         )
     return runs

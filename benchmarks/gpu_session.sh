@@ -26,6 +26,9 @@ if [ -n "${FMNIST_GZ:-}" ]; then
   mkdir -p /usr/share/datasets/fashion-mnist && cp "$FMNIST_GZ"/*.gz /usr/share/datasets/fashion-mnist/
 fi
 export FEDSWEEP_DATA_ROOT=${FEDSWEEP_DATA_ROOT:-/tmp/fedsweep-data}
+# the records of runs that end here (benchmarks/_runs.py) come back in results.tgz, records/<kind>/;
+# gpu_unpack.py copies them into benchmarks/records/ (the GPU machine named in them)
+export FEDSWEEP_RECORDS="$OUT/records"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/nvidia-smi.txt" 2>&1
 B=benchmarks/gpu_rounds.py
 STAGES=${STAGES:-1 2 3 4}

@@ -8,7 +8,10 @@ pieces ``pa3dfl-t1.tgz.NN``. This unpacks every archive into ``--to`` (the same 
 ``~/.cache/fedsweep-runs/pa3dfl``), copies each unpacked run folder that has a checkpoint into
 DIR when DIR has no such folder or an older one (fewer rounds in its ``metrics.jsonl``); a folder
 in DIR as far along or further is kept. Folders without a checkpoint (stages 11 and 12, which
-delete them) are never merged: they cannot resume. What it did is printed as JSON.
+delete them) are never merged: they cannot resume. The records of runs that ended on the GPU
+machine (``records/<kind>/<run>.json`` in a ``results.tgz``) are copied into ``--records``
+(default: this checkout's ``benchmarks/records``, where they are committed). What it did is
+printed as JSON.
 
     python benchmarks/gpu_unpack.py /work/.device/1 --to ~/.cache/fedsweep-runs/gpu/s28/call1 \\
         --merge ~/.cache/fedsweep-runs/pa3dfl
@@ -75,11 +78,30 @@ def merge(unpacked: list[Path], into: Path) -> list[dict[str, Any]]:
     return report
 
 
+def copy_records(unpacked: list[Path], into: Path) -> list[str]:
+    """Copy every ``records/<kind>/<run>.json`` under the unpacked folders into
+    ``into/<kind>/``; returns the ``<kind>/<run>.json`` names copied."""
+    copied = []
+    for folder in unpacked:
+        for record in sorted(folder.glob("records/*/*.json")):
+            dest = into / record.parent.name / record.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(record, dest)
+            copied.append(f"{record.parent.name}/{record.name}")
+    return copied
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files_at", type=Path, help="the call's files_at folder")
     ap.add_argument("--to", type=Path, required=True, help="where the archives unpack")
     ap.add_argument("--merge", type=Path, help="the CPU queue's run folders (stage 7's)")
+    ap.add_argument(
+        "--records",
+        type=Path,
+        default=Path(__file__).resolve().parent / "records",
+        help="where the records of runs that ended there go (default: benchmarks/records)",
+    )
     args = ap.parse_args(argv)
     if not args.files_at.is_dir():
         ap.error(f"no folder {args.files_at}")
@@ -87,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     if not folders:
         ap.error(f"no results.tgz or pa3dfl-t1.tgz.NN under {args.files_at}")
     out: dict[str, Any] = {"unpacked": [str(f) for f in folders]}
+    out["records"] = copy_records(folders, args.records)
     if args.merge is not None:
         out["merged"] = merge(folders, args.merge)
     print(json.dumps(out, indent=1))

@@ -10,7 +10,9 @@ client every round), in the settings
 
 Each run lives in ``OUT/<setting>-<method>[-<label>]-s<seed>/`` (default OUT:
 ``~/.cache/fedsweep-runs/fedhkd``) and is resumable exactly as benchmarks/reproduce_table1.py's
-(``--max-minutes``, ``--checkpoint-every``, ``--until-round``; benchmarks/_runs.py). ``--set
+(``--max-minutes``, ``--checkpoint-every``, ``--until-round``; benchmarks/_runs.py); an ended
+run also leaves its record under ``--records`` (default ``benchmarks/records/fedhkd/``, committed),
+which ``--summary`` reads beside OUT's folders. ``--set
 algorithm_params.sigma=0 --label sigma0`` runs a variant (the noise study: sigma 0, 7, 20).
 Needs flcore only (no Ray, MLflow or Optuna): it runs on a GPU machine with PyTorch alone.
 
@@ -42,6 +44,8 @@ from _runs import (  # noqa: E402
     add_run_options,
     combine,
     compare,
+    record_file,
+    records_dir,
     resume_run,
     scan_runs,
     seed_cell,
@@ -104,6 +108,7 @@ def run_one(
         checkpoint_every=args.checkpoint_every,
         deadline=deadline,
         until_round=args.until_round,
+        record=record_file(args, run_dir.name),
     )
     done = max(1, engine.round)
     return {
@@ -127,9 +132,10 @@ def run_one(
     }
 
 
-def read_runs(out: Path) -> list[dict[str, Any]]:
-    """Every ended or stopped run folder under ``out`` with a ``summary.json``."""
-    return [r for r in scan_runs(out, _RUN, METHODS) if r["setting"] in SETTINGS]
+def read_runs(out: Path, records: Path | None = None) -> list[dict[str, Any]]:
+    """Every ended or stopped run folder under ``out`` with a ``summary.json``, and every
+    record under ``records`` of a run with no such folder."""
+    return [r for r in scan_runs(out, _RUN, METHODS, records) if r["setting"] in SETTINGS]
 
 
 def _group(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, list[float]]]:
@@ -229,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.set and not args.label:
         ap.error("--set needs --label (the variant's name in the run folders)")
     if args.summary:
-        runs = read_runs(Path(args.out))
+        runs = read_runs(Path(args.out), records_dir(args))
         print(summary_table(runs))
         print()
         print("\n".join(claims(runs)))

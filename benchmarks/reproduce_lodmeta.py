@@ -11,7 +11,9 @@ settings
 
 Each run lives in ``OUT/<setting>-<method>[-<label>]-s<seed>/`` (default OUT:
 ``~/.cache/fedsweep-runs/lodmeta``), resumable as benchmarks/reproduce_table1.py's
-(``--max-minutes``, ``--checkpoint-every``, ``--until-round``; benchmarks/_runs.py).
+(``--max-minutes``, ``--checkpoint-every``, ``--until-round``; benchmarks/_runs.py); an ended
+run also leaves its record under ``--records`` (default ``benchmarks/records/lodmeta/``, committed),
+which ``--summary`` reads beside OUT's folders.
 ``--grid`` runs Tables 2-3's grid for ``lodmeta``: the per-release epsilon in {0.5, 0.6, 0.7,
 0.8} x delta in {0.4, 0.1, 0.02, 1e-5}, labelled ``eps<e>-d<delta>``, with the clip M of
 ``--clip``. ``--reference`` adds, per setting, the accuracy of the untrained initialisation
@@ -46,6 +48,9 @@ from _runs import (  # noqa: E402
     add_run_options,
     combine,
     compare,
+    read_curve,
+    record_file,
+    records_dir,
     resume_run,
     scan_runs,
     seed_cell,
@@ -80,10 +85,10 @@ def _overrides(method: str, setting: str, seed: int, args: argparse.Namespace) -
     return over
 
 
-def _curve(run_dir: Path) -> list[tuple[float, float, float | None]]:
-    """(comm_units, accuracy, unseen_accuracy) of each evaluated round of a run's log."""
-    log = run_dir / "metrics.jsonl"
-    rows = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+def _curve(run: dict[str, Any]) -> list[tuple[float, float, float | None]]:
+    """(comm_units, accuracy, unseen_accuracy) of each evaluated round of a run's log (its
+    folder's, or its record's)."""
+    rows = read_curve(run)
     return [
         (r["comm_units"], r["accuracy"], r.get("unseen_accuracy"))
         for r in rows
@@ -114,6 +119,7 @@ def run_one(
         checkpoint_every=args.checkpoint_every,
         deadline=deadline,
         until_round=args.until_round,
+        record=record_file(args, run_dir.name),
     )
     return {
         "run": run_dir.name,
@@ -153,9 +159,10 @@ def reference(setting: str, seed: int, args: argparse.Namespace) -> dict[str, An
     }
 
 
-def read_runs(out: Path) -> list[dict[str, Any]]:
-    """Every run folder under ``out`` with a ``summary.json``, and its accuracy curve."""
-    return [r | {"curve": _curve(r["folder"])} for r in scan_runs(out, _RUN, METHODS)]
+def read_runs(out: Path, records: Path | None = None) -> list[dict[str, Any]]:
+    """Every run folder under ``out`` with a ``summary.json``, and every record under
+    ``records`` of a run with no such folder: each with its accuracy curve."""
+    return [r | {"curve": _curve(r)} for r in scan_runs(out, _RUN, METHODS, records)]
 
 
 def _group(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, list[float]]]:
@@ -332,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--set needs --label (the variant's name in the run folders)")
     out = Path(args.out)
     if args.summary:
-        runs = read_runs(out)
+        runs = read_runs(out, records_dir(args))
         print(summary_table(runs))
         print()
         print("\n".join(claims(runs)))

@@ -11,7 +11,9 @@ engine's whole state goes to ``checkpoint.pt``; a later invocation with the same
 run where it stopped and skips ended ones, exactly as benchmarks/reproduce_table1.py does
 (``--max-minutes`` stops cleanly after the next checkpoint past that budget, ``--until-round``
 after that round). Per-round metrics go to ``metrics.jsonl``, the engine's summary to
-``summary.json``. Needs flcore only (no Ray, MLflow or Optuna).
+``summary.json``. An ended run also leaves its record under ``--records`` (default
+``benchmarks/records/pa3dfl/``, committed: see benchmarks/_runs.py); ``--summary`` reads the
+records beside OUT's folders. Needs flcore only (no Ray, MLflow or Optuna).
 
 ``--ablation no-hn`` / ``--ablation flanc-dec`` runs Table 3's ablations of Pa3dFL (without
 the HN's aggregation of the personal parts; with FLANC's decomposition), labelled so, and
@@ -57,6 +59,8 @@ from _machine import machine  # noqa: E402
 from _runs import (  # noqa: E402
     add_run_options,
     execution_overrides,
+    record_file,
+    records_dir,
     resume_run,
     scan_runs,
     seed_cell,
@@ -142,6 +146,7 @@ def run_one(
         checkpoint_every=args.checkpoint_every,
         deadline=deadline,
         until_round=args.until_round,
+        record=record_file(args, run_dir.name),
     )
     comparable = is_comparable(cfg.rounds, args.label, args.set)
     metric = OURS_METRIC[method]
@@ -169,9 +174,10 @@ def run_one(
     }
 
 
-def read_runs(out: Path) -> list[dict[str, Any]]:
-    """Every run folder under ``out`` with a ``summary.json``: its name parts and summary."""
-    return [r | {"rounds": int(r["rounds"])} for r in scan_runs(out, _RUN, METHODS)]
+def read_runs(out: Path, records: Path | None = None) -> list[dict[str, Any]]:
+    """Every run folder under ``out`` with a ``summary.json``, and every record under
+    ``records`` of a run with no such folder: its name parts and summary."""
+    return [r | {"rounds": int(r["rounds"])} for r in scan_runs(out, _RUN, METHODS, records)]
 
 
 def summary_table(runs: list[dict[str, Any]]) -> str:
@@ -246,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.set and not args.label:
         ap.error("--set needs --label (the variant's name in the run folders)")
     if args.summary:
-        print(summary_table(read_runs(Path(args.out))))
+        print(summary_table(read_runs(Path(args.out), records_dir(args))))
         return
     missing = [
         str(config_path(s, m))

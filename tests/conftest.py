@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,11 @@ import pytest
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist, one torch thread per worker: three workers on 2 cores with torch's
-    default (a thread per core) would oversubscribe them. Subprocesses keep their defaults."""
+    default (a thread per core) would oversubscribe them. Subprocesses keep their defaults.
+
+    The benchmark scripts' records of ended runs (benchmarks/_runs.py) go to a temporary folder,
+    never into the repository's benchmarks/records/, unless a test names its own."""
+    os.environ.setdefault("FEDSWEEP_RECORDS", tempfile.mkdtemp(prefix="fedsweep-records-"))
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
 

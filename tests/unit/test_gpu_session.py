@@ -100,6 +100,8 @@ def test_unpack_merges_only_run_folders_that_are_further_along(tmp_path: Path) -
     run_folder(out / "pa3dfl-t1", "hetero-fjord-r500-s0", 35)  # behind it
     run_folder(out / "pa3dfl-t1", "ideal-fedavg-r500-s0", 12)  # new
     run_folder(out / "lodmeta", "regular-5shot-lodmeta-s1", 400, checkpoint=False)
+    (out / "records" / "pa3dfl").mkdir(parents=True)  # a run that ended there left its record
+    (out / "records" / "pa3dfl" / "hetero-fedavg-r500-s0.json").write_text('{"run": "x"}\n')
     env = os.environ | {"OUT": str(out), "STAGES": "none"}
     subprocess.run(["bash", str(SCRIPT)], env=env, check=True, capture_output=True, timeout=120)
     queue = tmp_path / "queue"
@@ -108,9 +110,12 @@ def test_unpack_merges_only_run_folders_that_are_further_along(tmp_path: Path) -
     unpacker = SCRIPT.parent / "gpu_unpack.py"
     done = subprocess.run(
         [sys.executable, str(unpacker), str(tmp_path / "files"), "--to", str(tmp_path / "home"),
-         "--merge", str(queue)],
+         "--merge", str(queue), "--records", str(tmp_path / "records")],
         capture_output=True, text=True, check=True, timeout=120,
     )  # fmt: skip
+    assert json.loads(done.stdout)["records"] == ["pa3dfl/hetero-fedavg-r500-s0.json"]
+    copied = tmp_path / "records" / "pa3dfl" / "hetero-fedavg-r500-s0.json"
+    assert copied.read_text() == '{"run": "x"}\n'
     report = {r["run"]: r for r in json.loads(done.stdout)["merged"]}
     assert report["hetero-pa3dfl-r500-s0"] == {
         "run": "hetero-pa3dfl-r500-s0", "came": 160, "had": 10, "merged": True}  # fmt: skip

@@ -25,7 +25,7 @@ for extra in ({first!r}, [], []):
     docs.append(json.loads(buf.getvalue()))
 buf = io.StringIO()
 with contextlib.redirect_stdout(buf):
-    mod["main"](["--summary", "--out", {out!r}])
+    mod["main"](["--summary", "--out", {out!r}, "--records", {records!r}])
 heavy = sorted({{m.split(".")[0] for m in sys.modules}} & {{"ray", "mlflow", "optuna"}})
 print(json.dumps({{"docs": docs, "summary": buf.getvalue(), "heavy": heavy}}))
 """
@@ -35,12 +35,17 @@ print(json.dumps({{"docs": docs, "summary": buf.getvalue(), "heavy": heavy}}))
 def test_a_tiny_run_stops_resumes_ends_and_summarises(data_root: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     common = ["--methods", "fedavg", "fedhkd", "--settings", "n10-b0.5", "--seeds", "0"]
-    common += ["--rounds", "2", "--workers", "1", "--out", str(out)]
+    records = str(tmp_path / "records")
+    common += ["--rounds", "2", "--workers", "1", "--out", str(out), "--records", records]
     for over in (f"data_root={data_root}", "samples_per_client=60", "local_epochs=1"):
         common += ["--set", over]
     common += ["--label", "tiny", "--set", "global_test_per_class=20"]
     driver = _DRIVER.format(
-        script=str(SCRIPT), common=common, first=["--until-round", "1"], out=str(out)
+        script=str(SCRIPT),
+        common=common,
+        first=["--until-round", "1"],
+        out=str(tmp_path / "elsewhere"),  # the summary from the records alone
+        records=records,
     )
     done = subprocess.run(
         [sys.executable, "-c", driver], capture_output=True, text=True, timeout=600
@@ -60,8 +65,13 @@ def test_a_tiny_run_stops_resumes_ends_and_summarises(data_root: Path, tmp_path:
     assert hkd["bytes_up_per_client_round"] > second[0]["bytes_up_per_client_round"]
     rows = [json.loads(line)["round"] for line in (out / first[1]["run"] / "metrics.jsonl").open()]
     assert rows == [1, 2]
-    # labelled variants are shown in the table, and claims they do not cover stay unmeasured
+    # labelled variants are shown in the table, and claims they do not cover stay unmeasured;
+    # the summary was read from the two runs' records alone (its OUT holds no run)
     assert "fedhkd (tiny)" in result["summary"] and "not measured" in result["summary"]
+    assert sorted(p.name for p in Path(records).iterdir()) == [
+        "n10-b0.5-fedavg-tiny-s0.json",
+        "n10-b0.5-fedhkd-tiny-s0.json",
+    ]
 
 
 def test_a_claim_needs_three_seeds_and_a_difference_beyond_the_noise() -> None:

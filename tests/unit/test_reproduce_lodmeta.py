@@ -8,9 +8,12 @@ import contextlib
 import io
 import json
 import runpy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "reproduce_lodmeta.py"
 
@@ -62,7 +65,8 @@ def test_a_tiny_walk_stops_resumes_and_needs_no_platform_layers(
     mod = _mod()
     out = tmp_path / "out"
     common = ["--methods", "lodmeta", "--seeds", "0", "--rounds", "4", "--workers", "1"]
-    common += ["--out", str(out), "--checkpoint-every", "2"]
+    records = tmp_path / "records"
+    common += ["--out", str(out), "--checkpoint-every", "2", "--records", str(records)]
     for over in (
         f"data_root={data_root}",
         "num_clients=6",
@@ -82,7 +86,25 @@ def test_a_tiny_walk_stops_resumes_and_needs_no_platform_layers(
     first, second = docs[0]["runs"][0], docs[1]["runs"][0]
     assert first["steps_done"] == 2 and not first["ended"]
     assert second["steps_done"] == 4 and second["ended"] and second["comm_units"] == 4.0
-    assert (out / "regular-5shot-lodmeta-tiny-s0" / "checkpoint.pt").is_file()
+    run_dir = out / "regular-5shot-lodmeta-tiny-s0"
+    assert (run_dir / "checkpoint.pt").is_file()
+
+    # the ended run left its record (only once it ended); --summary reads it with the folder gone
+    record = json.loads((records / "regular-5shot-lodmeta-tiny-s0.json").read_text())
+    assert record["summary"] == json.loads((run_dir / "summary.json").read_text())
+    assert record["config"]["rounds"] == 4 and record["config"]["model_params"]["hidden"] == 8
+    assert record["curve"]["columns"][0] == "round" and len(record["curve"]["rows"]) == 4
+    from_folder = mod["read_runs"](out, records)
+    shutil.rmtree(run_dir)
+    from_record = mod["read_runs"](out, records)
+    assert [r["folder"] for r in from_folder] == [run_dir] and from_record[0]["folder"] is None
+    # the curve to the 6 significant digits a record keeps; the summary exactly
+    assert from_record[0]["curve"] == [
+        pytest.approx(point, rel=1e-5) for point in from_folder[0]["curve"]
+    ]
+    assert from_record[0]["curve"]
+    assert from_record[0]["summary"] == from_folder[0]["summary"]
+    assert mod["summary_table"](from_record) == mod["summary_table"](from_folder)
 
 
 def test_the_script_runs_on_flcore_alone() -> None:
@@ -93,7 +115,8 @@ def test_the_script_runs_on_flcore_alone() -> None:
         "buf = io.StringIO(); "
         "import tempfile; out = tempfile.mkdtemp(); "
         "args = ['--methods', 'lodmeta_sgd', '--rounds', '1', '--workers', '1', '--out', out, "
-        "'--set', 'num_clients=4', '--set', 'fewshot.unseen_clients=0', '--set', "
+        "'--records', out + '/records', '--set', 'num_clients=4', "
+        "'--set', 'fewshot.unseen_clients=0', '--set', "
         "'model_params.hidden=4', '--set', 'algorithm_params.inner_steps=1', '--label', 'x']; "
         "ctx = contextlib.redirect_stdout(buf); ctx.__enter__(); mod['main'](args); "
         "ctx.__exit__(None, None, None); "

@@ -1,6 +1,6 @@
 """benchmarks/reproduce_pa3dfl_table1.py on a tiny real-FMNIST override: it runs, stops at
---until-round, resumes to the end, skips an ended run, summarises, and needs no Ray, MLflow or
-Optuna."""
+--until-round, resumes to the end, skips an ended run, leaves its record, summarises (from the
+folder or the record alone), and needs no Ray, MLflow or Optuna."""
 
 from __future__ import annotations
 
@@ -46,6 +46,8 @@ def test_a_tiny_run_stops_resumes_ends_and_summarises(data_root: Path, tmp_path:
         "1",
         "--out",
         str(out),
+        "--records",
+        str(tmp_path / "records"),
         "--label",
         "tiny",
         "--set",
@@ -79,17 +81,26 @@ def test_a_tiny_run_stops_resumes_ends_and_summarises(data_root: Path, tmp_path:
     assert rounds == [1, 2]  # round 1 ran once; the resumed run went on with round 2
     assert json.loads((run_dir / "summary.json").read_text())["rounds_completed"] == 2
 
-    table = subprocess.run(
-        [sys.executable, str(SCRIPT), "--summary", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    record = json.loads((tmp_path / "records" / "hetero-local-tiny-r2-s0.json").read_text())
+    assert record["summary"] == json.loads((run_dir / "summary.json").read_text())
+    assert record["config"]["capacity"]["name"] == "uniform" and record["config"]["rounds"] == 2
+    assert [row[0] for row in record["curve"]["rows"]] == [1, 2]
+
+    def summary(out_dir: Path) -> str:
+        return subprocess.run(
+            [sys.executable, str(SCRIPT), "--summary", "--out", str(out_dir),
+             "--records", str(tmp_path / "records")],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+
+    table = summary(out)
     row = next(line for line in table.splitlines() if line.startswith("| local (tiny)"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1:4] == ["hetero", "2 (ran 2)", "1"]
     assert cells[4] == f"{second['accuracy']:.2f} (accuracy)"
     assert cells[5] == "74.98" and cells[6] == "n/a (not the paper's setting)"
+    # with the run folder gone (a new machine), its record gives the same table
+    assert summary(tmp_path / "elsewhere") == table
 
 
 def test_the_summary_compares_only_ended_runs_of_the_papers_setting() -> None:
