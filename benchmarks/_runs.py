@@ -33,6 +33,7 @@ __all__ = [
     "record_file",
     "records_dir",
     "resume_run",
+    "run_ended",
     "runs_dir",
     "scan_runs",
     "truncate_log",
@@ -79,8 +80,14 @@ def resume_run(
     one row per round (rows past the checkpoint are dropped on resume: the rounds replay);
     ``spent.json`` the wall seconds spent over every invocation; ``summary.json`` the engine's
     summary. A run stops cleanly at the first checkpoint after ``deadline`` (a ``time.time()``).
-    Once the run has ended (now or before), its record goes to the file ``record`` when given
-    (:func:`write_record`). Returns the engine, its summary and the seconds spent.
+
+    A round whose training loss is NaN or infinite ends the run as the sweeps' trainable does
+    (sweeps/trainable.py): checkpointed there, its summary carrying ``diverged_round``, never
+    resumed (``diverged.json`` marks the folder), instead of training on NaN weights to the end.
+
+    Once the run has ended (its last round, its early stop or its divergence, now or before), its
+    record goes to the file ``record`` when given (:func:`write_record`). Returns the engine, its
+    summary and the seconds spent.
     """
     from flcore.experiment import build_data, build_engine
     from sweeps.cli import jsonable
@@ -98,13 +105,19 @@ def resume_run(
         log.unlink()  # rounds logged before a first checkpoint that never came
     start = time.perf_counter()
     until = min(engine.rounds, until_round or engine.rounds)
-    if not engine.finished and engine.round < until and time.time() < deadline:
+    marker = run_dir / "diverged.json"
+    diverged = json.loads(marker.read_text())["round"] if marker.is_file() else None
+    if diverged is None and not engine.finished and engine.round < until and time.time() < deadline:
         rounds = engine.iter_rounds()
         for result in rounds:
             with log.open("a") as f:
                 row = {"round": result.round, **result.metrics}
                 f.write(json.dumps({k: jsonable(v) for k, v in row.items()}) + "\n")
-            stop = engine.finished or result.round == until_round
+            loss = result.metrics.get("train_loss")
+            if loss is not None and not math.isfinite(loss):
+                diverged = result.round
+                marker.write_text(json.dumps({"round": diverged, "train_loss": jsonable(loss)}))
+            stop = engine.finished or result.round == until_round or diverged is not None
             if result.round % checkpoint_every == 0 or stop:
                 engine.save_checkpoint(ckpt)
                 total = spent + time.perf_counter() - start
@@ -115,12 +128,20 @@ def resume_run(
     if spent_file.is_file():  # every way out of the loop above passes a checkpoint first
         spent = float(json.loads(spent_file.read_text())["seconds"])
     summary = engine.summary()
+    if diverged is not None:
+        summary["diverged_round"] = diverged
     (run_dir / "summary.json").write_text(
         json.dumps({k: jsonable(v) for k, v in summary.items()}, indent=1)
     )
-    if record is not None and engine.finished:
+    if record is not None and (engine.finished or diverged is not None):
         write_record(record, run_dir, cfg, spent)
     return engine, summary, spent
+
+
+def run_ended(engine: Any, summary: dict[str, Any]) -> bool:
+    """Whether a run :func:`resume_run` returned has ended: its last round, its early stop or
+    its divergence (``diverged_round``)."""
+    return bool(engine.finished) or summary.get("diverged_round") is not None
 
 
 def _short(value: Any) -> Any:

@@ -47,6 +47,7 @@ from _runs import (  # noqa: E402
     record_file,
     records_dir,
     resume_run,
+    run_ended,
     scan_runs,
     seed_cell,
 )
@@ -119,7 +120,8 @@ def run_one(
         "seed": seed,
         "rounds": engine.rounds,
         "rounds_done": engine.round,
-        "ended": engine.finished,
+        "ended": run_ended(engine, summary),
+        "diverged_round": summary.get("diverged_round"),
         "accuracy": _pct(summary.get("accuracy")),
         "global_accuracy": _pct(summary.get("global_accuracy")),
         "bytes_up_per_client_round": summary.get("bytes_up", 0.0) / done / cfg.num_clients,

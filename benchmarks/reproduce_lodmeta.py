@@ -52,6 +52,7 @@ from _runs import (  # noqa: E402
     record_file,
     records_dir,
     resume_run,
+    run_ended,
     scan_runs,
     seed_cell,
 )
@@ -129,7 +130,8 @@ def run_one(
         "seed": seed,
         "steps": engine.rounds,
         "steps_done": engine.round,
-        "ended": engine.finished,
+        "ended": run_ended(engine, summary),
+        "diverged_round": summary.get("diverged_round"),
         "accuracy": _pct(summary.get("accuracy")),
         "unseen_accuracy": _pct(summary.get("unseen_accuracy")),
         "comm_units": summary.get("comm_units"),

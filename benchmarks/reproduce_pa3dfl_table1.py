@@ -62,6 +62,7 @@ from _runs import (  # noqa: E402
     record_file,
     records_dir,
     resume_run,
+    run_ended,
     scan_runs,
     seed_cell,
 )
@@ -158,7 +159,8 @@ def run_one(
         "seed": seed,
         "rounds": engine.rounds,
         "rounds_done": engine.round,
-        "ended": engine.finished,
+        "ended": run_ended(engine, summary),
+        "diverged_round": summary.get("diverged_round"),
         "stopped_early": engine.stopped_early,
         "best_round": summary.get("best_round"),
         "ours_metric": metric,
@@ -206,11 +208,19 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
         comparable = rounds == 500 and (not label or label in ABLATIONS)
         # a run still under way (neither its last round nor its early stop) is no result yet
         ended = all(
-            int(g["summary"].get("rounds", 0)) >= rounds or g["summary"].get("early_stopped")
+            int(g["summary"].get("rounds", 0)) >= rounds
+            or g["summary"].get("early_stopped")
+            or g["summary"].get("diverged_round") is not None
             for g in group
         )
+        diverged = sorted(
+            {int(d) for g in group if (d := g["summary"].get("diverged_round")) is not None}
+        )
         diff = (
-            "n/a (not the paper's setting)"
+            f"n/a (diverged: NaN loss at round {', '.join(map(str, diverged))}; ours is the "
+            "best validation round before it)"
+            if diverged
+            else "n/a (not the paper's setting)"
             if not comparable
             else "n/a (run not ended)"
             if not ended

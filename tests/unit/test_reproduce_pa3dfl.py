@@ -114,6 +114,9 @@ def test_the_summary_compares_only_ended_runs_of_the_papers_setting() -> None:
                 "seed": 0, "summary": summary}  # fmt: skip
 
     assert "n/a (run not ended)" in table([run(114)])
+    diverged = run(6)
+    diverged["summary"]["diverged_round"] = 6  # a NaN loss ended it (benchmarks/_runs.py)
+    assert "n/a (diverged: NaN loss at round 6" in table([diverged])
     assert "+0.45" in table([run(500)])  # 90.00 against the paper's 89.55
     assert "+0.45" in table([run(230, early=1.0)])  # ended by early stopping
     assert "not the paper's setting" in table([run(500, label="clip10")])

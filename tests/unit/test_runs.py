@@ -1,0 +1,60 @@
+"""benchmarks/_runs.py: a run whose training loss turns NaN ends there (checkpointed, marked, never
+resumed) and still leaves its record; an ended run's record holds its summary, config and curve."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from _runs import resume_run, run_ended  # noqa: E402
+
+
+def test_a_diverged_run_ends_at_its_nan_round_and_is_never_resumed(
+    tiny_config: dict, tmp_path: Path
+) -> None:
+    from flcore.config import ExperimentConfig
+
+    # a step size no network survives: the first round's loss is already inf or NaN
+    cfg = ExperimentConfig.model_validate(tiny_config | {"rounds": 4, "lr": 1e12})
+    run_dir, record = tmp_path / "run", tmp_path / "records" / "run.json"
+    engine, summary, _ = resume_run(
+        cfg, run_dir, checkpoint_every=10, deadline=time.time() + 600, record=record
+    )
+    assert summary["diverged_round"] == 1 and run_ended(engine, summary)
+    assert engine.round == 1 and not engine.finished  # 3 rounds left, none trained
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [1] and rows[0]["train_loss"] in (None, "inf")
+    assert (run_dir / "checkpoint.pt").is_file()  # checkpointed at once, not at round 10
+    assert json.loads((run_dir / "diverged.json").read_text())["round"] == 1
+    doc = json.loads(record.read_text())
+    assert doc["summary"]["diverged_round"] == 1 and doc["config"]["lr"] == 1e12
+
+    # invoked again, it only reads the run back: no round replays on NaN weights
+    engine, summary, _ = resume_run(
+        cfg, run_dir, checkpoint_every=10, deadline=time.time() + 600, record=record
+    )
+    assert engine.round == 1 and summary["diverged_round"] == 1
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_run_leaves_its_record_only_once_it_has_ended(tiny_config: dict, tmp_path: Path) -> None:
+    from flcore.config import ExperimentConfig
+
+    cfg = ExperimentConfig.model_validate(tiny_config)  # 2 rounds
+    run_dir, record = tmp_path / "run", tmp_path / "records" / "run.json"
+    kwargs = {"checkpoint_every": 1, "deadline": time.time() + 600, "record": record}
+    engine, summary, _ = resume_run(cfg, run_dir, until_round=1, **kwargs)
+    assert engine.round == 1 and not run_ended(engine, summary) and not record.exists()
+    engine, summary, spent = resume_run(cfg, run_dir, **kwargs)
+    assert run_ended(engine, summary) and "diverged_round" not in summary
+    doc = json.loads(record.read_text())
+    assert doc["run"] == "run" and doc["seconds"] == round(spent, 1)
+    assert doc["summary"] == json.loads((run_dir / "summary.json").read_text())
+    assert doc["config"] == json.loads(cfg.model_dump_json())
+    columns, rows = doc["curve"]["columns"], doc["curve"]["rows"]
+    assert columns[:3] == ["round", "train_loss", "accuracy"] and [r[0] for r in rows] == [1, 2]
+    assert doc["machine"]["cpus"] >= 1
