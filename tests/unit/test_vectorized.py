@@ -169,6 +169,13 @@ CASES = {
         "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.0625, 0.5]},
         "partition": {"name": "dirichlet", "beta": 0.1},
     },
+    # the same without the Scaler (algorithm_params.scaler: false)
+    "heterofl-noscaler": {
+        "algorithm": "heterofl",
+        "model": "pa3dfl_cnn_fmnist",
+        "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.0625, 0.5]},
+        "algorithm_params": {"scaler": False},
+    },
     # capacity-aware Local-only: each client's width padded into the full network
     "local-widths": {
         "algorithm": "local",
@@ -192,6 +199,7 @@ SLOW_CASES = {
     "pa3dfl-private",
     "pa3dfl-flanc",  # Pa3dFL's padded stack with the other decomposition
     "local-widths",  # the padded cross-entropy path, as fedrolex's
+    "heterofl-noscaler",  # heterofl's path with the Scaler at 1
 }
 
 

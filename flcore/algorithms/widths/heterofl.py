@@ -44,7 +44,15 @@ Choices where the paper is silent, and deviations:
   the client's whole label set (``ClientData.classes``), as the client's real step does, not to
   the one record's label (over one class the masked loss is constant and its gradient zero, so
   every leakage figure would read 0; session 25 refused HeteroFL an attack until this).
-- Pa3dFL Table 7: lr 0.05 (Ideal) / 0.1 (Hetero); no algorithm parameter. No DP mechanism.
+- Pa3dFL Table 7: lr 0.05 (Ideal) / 0.1 (Hetero). No DP mechanism.
+- ``algorithm_params.scaler`` (default true, the paper's method) turns the Scaler off when
+  false. At Table 7's Hetero setting (lr 0.1, r_i ~ U[0.01, 1]) on this BN-free CNN the Scaler
+  makes the narrow clients diverge (session 28, seed 0: a width-0.125 client's weights reach
+  |w| 86 in round 6 and a width-0.375 client's loss is NaN, which the plain covering mean hands
+  to every client: the global model scores 10% from then on); with the Scaler off the same
+  clients' weights stay near 0.2. HeteroFL's networks carry BN after each Scaler, which this
+  CNN lacks. A run without the Scaler is HeteroFL's nested slicing with its masked loss only,
+  and is labelled so (``reproduce_pa3dfl_table1.py --set algorithm_params.scaler=false``).
 - The vectorized executor (``executor: vectorized``) trains every client's submodel zero-padded
   into the full-width network, the Scaler as each scaled layer's weight and bias divided by the
   client's width (the same function as dividing its output), the loss masked to the classes of
@@ -61,13 +69,22 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import nn
 from torch.func import functional_call
 
-from flcore.algorithms.base import ALGORITHMS, ClientData, ClientTask, VectorJob
+from flcore.algorithms.base import ALGORITHMS, AlgorithmParams, ClientData, ClientTask, VectorJob
 from flcore.algorithms.widths.slicing import AxesMap, SlicedWidthAlgorithm
 
-__all__ = ["HeteroFL", "scaled_layers", "scaler"]
+__all__ = ["HeteroFL", "HeteroFLParams", "scaled_layers", "scaler"]
+
+
+class HeteroFLParams(AlgorithmParams):
+    scaler: bool = Field(
+        True,
+        description="HeteroFL's Scaler (Sec. 3.2): a width-p client divides its scaled layers' "
+        "outputs by p while training; false leaves the nested slicing and the masked loss only",
+    )
 
 
 def scaled_layer_names(axes: AxesMap) -> set[str]:
@@ -138,6 +155,7 @@ class HeteroFL(SlicedWidthAlgorithm):
     """Nested width slicing with the Scaler and label-masked cross-entropy."""
 
     name = "heterofl"
+    Params = HeteroFLParams
     vectorized = True  # padded to full width, with its own objective (the Scaler, the mask)
     vector_objective = True
     _vector_prefix = "net."
@@ -154,13 +172,19 @@ class HeteroFL(SlicedWidthAlgorithm):
             return F.cross_entropy(logits, y)
 
         opt = self.local_optimizer(model.parameters(), round=task.round)
-        with scaler(model, self.axes(), self.client_width(task.client_id)):
+        with scaler(model, self.axes(), self.scaler_width(task.client_id)):
             return self.run_epochs(model, data, opt, generator, loss_fn=masked_ce)
 
+    def scaler_width(self, client_id: int) -> float:
+        """What the Scaler divides by: the client's width, or 1 with the Scaler off."""
+        on = bool(self.params.scaler)  # type: ignore[attr-defined]
+        return self.client_width(client_id) if on else 1.0
+
     def surface_model(self, client_id: int) -> nn.Module:
-        """The client's submodel with the Scaler on for good (it trained with it)."""
+        """The client's submodel with the Scaler on for good (it trained with it; none when
+        ``scaler`` is off)."""
         model = super().surface_model(client_id)
-        width = self.client_width(client_id)
+        width = self.scaler_width(client_id)
         if width != 1.0:
             for m in scaled_layers(model, self.axes()):
                 m.register_forward_hook(lambda _m, _i, out, w=width: out / w)
@@ -178,6 +202,6 @@ class HeteroFL(SlicedWidthAlgorithm):
 
     def vector_job(self, task: ClientTask) -> VectorJob:
         """The submodel's epochs with the Scaler at the client's width and its label mask."""
-        width = torch.tensor(self.client_width(task.client_id), dtype=torch.get_default_dtype())
+        width = torch.tensor(self.scaler_width(task.client_id), dtype=torch.get_default_dtype())
         job = super().vector_job(task)
         return dataclasses.replace(job, consts=(width,), class_mask=True)

@@ -222,6 +222,32 @@ def test_heterofl_masks_absent_classes_and_scales_narrow_layers(data_root: Path)
     assert torch.equal(model.features[3](h1), plain[1])  # gone after training
 
 
+def test_heterofl_without_the_scaler_trains_the_plain_submodel(data_root: Path) -> None:
+    """``algorithm_params.scaler: false``: nothing divides a narrow client's outputs, in
+    training or on the attack surface; the default (the paper's) keeps the Scaler."""
+    on = build_engine(_cfg(data_root, "heterofl", [1.0, 0.25])).algorithm
+    off_cfg = _cfg(data_root, "heterofl", [1.0, 0.25], algorithm_params={"scaler": False})
+    engine = build_engine(off_cfg)
+    off = engine.algorithm
+    assert (on.scaler_width(1), off.scaler_width(1), off.scaler_width(0)) == (0.5, 1.0, 1.0)
+    data = _client(engine, 1)
+    x = normalize(data.test.images[:4], data.info)
+    plain = off.client_model(0.5)
+    plain.load_state_dict(off.broadcast(1, 1))
+    surface = off.surface_model(1)
+    surface.load_state_dict(off.broadcast(1, 1))
+    assert torch.equal(surface(x), plain(x))  # no Scaler hook on the surface either
+    scaled = on.surface_model(1)
+    scaled.load_state_dict(on.broadcast(1, 1))
+    assert not torch.allclose(scaled(x), plain(x))  # same start (seed 3): the Scaler's factor
+    task = ClientTask(1, 1, off.broadcast(1, 1), None, False, 3)
+    up_off = off.local_update(data, task, client_generator(3, 1, 1)).upload
+    up_on = on.local_update(data, task, client_generator(3, 1, 1)).upload
+    assert not torch.allclose(up_off["features.3.weight"], up_on["features.3.weight"])
+    with pytest.raises(ConfigError, match="algorithm_params.scaler"):
+        build_engine(_cfg(data_root, "heterofl", [1.0], algorithm_params={"scaler": "maybe"}))
+
+
 def test_fjord_draws_from_the_widths_up_to_its_own_and_validates_params(data_root: Path) -> None:
     alg = build_engine(_cfg(data_root, "fjord", [1.0, 0.0625, 0.25])).algorithm  # 1, 1/4, 1/2
     assert alg.sampled_widths(1) == [0.0625, 0.125, 0.1875, 0.25]
