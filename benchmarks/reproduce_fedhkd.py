@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import time
@@ -150,15 +151,27 @@ def _group(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, l
             if s.get(key) is not None:
                 cell.setdefault(key, []).append(100.0 * float(s[key]))
         cell.setdefault("rounds", []).append(float(s.get("rounds", 0)))
+        if s.get("epsilon") is not None:  # "inf" in JSON for a run without a guarantee
+            cell.setdefault("epsilon", []).append(float(s["epsilon"]))
     return out
 
 
+def epsilon_cell(values: list[float]) -> str:
+    """The run's own epsilon, the largest over seeds (never the smallest: a guarantee is
+    reported at its weakest); ``inf`` where a seed has none, ``-`` where none was logged."""
+    if not values:
+        return "-"
+    worst = max(values)
+    return "inf" if math.isinf(worst) else f"{worst:.2f}"
+
+
 def summary_table(runs: list[dict[str, Any]]) -> str:
-    """Markdown: one row per (setting, method, label), means ± std over seeds."""
+    """Markdown: one row per (setting, method, label), means ± std over seeds, and the runs'
+    epsilon (:func:`epsilon_cell`; at the config's delta)."""
     groups = _group(runs)
     lines = [
-        "| setting | method | seeds | rounds | local accuracy | global accuracy |",
-        "|---|---|---|---|---|---|",
+        "| setting | method | seeds | rounds | local accuracy | global accuracy | epsilon |",
+        "|---|---|---|---|---|---|---|",
     ]
     order = {m: i for i, m in enumerate(METHODS)}
     settings = list(SETTINGS)
@@ -170,7 +183,8 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {setting} | {name} | {len(cell['rounds'])} | {rounds} "
             f"| {seed_cell(cell.get('accuracy', []))} "
-            f"| {seed_cell(cell.get('global_accuracy', []))} |"
+            f"| {seed_cell(cell.get('global_accuracy', []))} "
+            f"| {epsilon_cell(cell.get('epsilon', []))} |"
         )
     return "\n".join(lines)
 

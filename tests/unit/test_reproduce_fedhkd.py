@@ -86,3 +86,20 @@ def test_a_claim_needs_three_seeds_and_a_difference_beyond_the_noise() -> None:
     assert compare([88.0, 90.0, 92.0], [88.0, 89.5, 91.6], ">")[0] == "inconclusive"
     assert compare([85.0, 85.5, 84.5], [84.5, 84.8, 84.2], "~")[0] == "supported"
     assert compare([88.0, 88.5, 87.5], [85.0, 85.5, 84.5], "~")[0] == "NOT supported"
+
+
+def test_the_table_reports_each_rows_weakest_epsilon() -> None:
+    import runpy
+
+    table = runpy.run_path(str(SCRIPT), run_name="reproduce")["summary_table"]
+
+    def run(method: str, seed: int, epsilon: float | str | None) -> dict:
+        summary = {"rounds": 50, "accuracy": 0.5, "global_accuracy": 0.4, "epsilon": epsilon}
+        return {"setting": "n10-b0.5", "method": method, "label": "", "seed": seed,
+                "summary": summary}  # fmt: skip
+
+    rows = table([run("fedhkd_dp", 0, 7.99), run("fedhkd_dp", 1, 8.01), run("fedhkd", 0, "inf")])
+    split = [line.split("|") for line in rows.splitlines()[2:]]
+    cells = {parts[2].strip(): parts[7].strip() for parts in split}
+    assert cells == {"fedhkd_dp": "8.01", "fedhkd": "inf"}  # the larger of the two seeds
+    assert table([run("fedavg", 0, None)]).splitlines()[2].rstrip("|").endswith("| - ")
