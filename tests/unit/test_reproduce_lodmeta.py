@@ -124,3 +124,17 @@ def test_the_script_runs_on_flcore_alone() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_table_reports_each_rows_weakest_epsilon() -> None:
+    table = _mod()["summary_table"]
+
+    def run(seed: int, epsilon: float | str) -> dict:
+        summary = {"rounds": 10, "accuracy": 0.5, "epsilon": epsilon, "epsilon_accountant": 3.0}
+        return {"setting": "regular-5shot", "method": "lodmeta", "label": "", "seed": seed,
+                "summary": summary, "curve": []}  # fmt: skip
+
+    row = table([run(0, 1.5), run(1, 2.5)]).splitlines()[2].split("|")
+    assert [c.strip() for c in row[8:11]] == ["2.5", "3", "-"]  # the larger seed's epsilon
+    row = table([run(0, 1.5), run(1, "inf")]).splitlines()[2].split("|")
+    assert row[8].strip() == "inf"
