@@ -86,8 +86,8 @@ def resume_run(
     resumed (``diverged.json`` marks the folder), instead of training on NaN weights to the end.
 
     Once the run has ended (its last round, its early stop or its divergence, now or before), its
-    record goes to the file ``record`` when given (:func:`write_record`). Returns the engine, its
-    summary and the seconds spent.
+    record goes to the file ``record`` when given and not yet written (:func:`write_record`).
+    Returns the engine, its summary and the seconds spent.
     """
     from flcore.experiment import build_data, build_engine
     from sweeps.cli import jsonable
@@ -133,7 +133,9 @@ def resume_run(
     (run_dir / "summary.json").write_text(
         json.dumps({k: jsonable(v) for k, v in summary.items()}, indent=1)
     )
-    if record is not None and (engine.finished or diverged is not None):
+    # an ended run never changes: its first record stays (with the machine that ran it, also
+    # when the folder was brought home from a GPU and is read back here)
+    if record is not None and (engine.finished or diverged is not None) and not record.is_file():
         write_record(record, run_dir, cfg, spent)
     return engine, summary, spent
 

@@ -33,12 +33,15 @@ def test_a_diverged_run_ends_at_its_nan_round_and_is_never_resumed(
     doc = json.loads(record.read_text())
     assert doc["summary"]["diverged_round"] == 1 and doc["config"]["lr"] == 1e12
 
-    # invoked again, it only reads the run back: no round replays on NaN weights
+    # invoked again, it only reads the run back: no round replays on NaN weights, and the first
+    # record stays (it names the machine that ran the run)
+    record.write_text('{"kept": true}')
     engine, summary, _ = resume_run(
         cfg, run_dir, checkpoint_every=10, deadline=time.time() + 600, record=record
     )
     assert engine.round == 1 and summary["diverged_round"] == 1
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1
+    assert json.loads(record.read_text()) == {"kept": True}
 
 
 def test_a_run_leaves_its_record_only_once_it_has_ended(tiny_config: dict, tmp_path: Path) -> None:
