@@ -29,6 +29,7 @@ __all__ = [
     "RECORDS",
     "combine",
     "compare",
+    "epsilon_cell",
     "read_curve",
     "record_file",
     "records_dir",
@@ -241,6 +242,16 @@ def record_file(args: Any, run_name: str) -> Path | None:
     """Where the run ``run_name`` leaves its record under ``--records`` (``None``: nowhere)."""
     folder = records_dir(args)
     return None if folder is None else folder / f"{run_name}.json"
+
+
+def epsilon_cell(values: list[float], fmt: str = ".2f") -> str:
+    """A markdown cell for a row's epsilons over its seeds: the largest (a guarantee is reported
+    at its weakest, never at the first or best seed's), ``inf`` where a seed has none, ``-``
+    where none was logged."""
+    if not values:
+        return "-"
+    worst = max(values)
+    return "inf" if math.isinf(worst) else format(worst, fmt)
 
 
 def execution_overrides(args: Any) -> list[str]:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 import time
@@ -45,6 +44,7 @@ from _runs import (  # noqa: E402
     add_run_options,
     combine,
     compare,
+    epsilon_cell,
     record_file,
     records_dir,
     resume_run,
@@ -154,15 +154,6 @@ def _group(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, l
         if s.get("epsilon") is not None:  # "inf" in JSON for a run without a guarantee
             cell.setdefault("epsilon", []).append(float(s["epsilon"]))
     return out
-
-
-def epsilon_cell(values: list[float]) -> str:
-    """The run's own epsilon, the largest over seeds (never the smallest: a guarantee is
-    reported at its weakest); ``inf`` where a seed has none, ``-`` where none was logged."""
-    if not values:
-        return "-"
-    worst = max(values)
-    return "inf" if math.isinf(worst) else f"{worst:.2f}"
 
 
 def summary_table(runs: list[dict[str, Any]]) -> str:

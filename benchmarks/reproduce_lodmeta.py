@@ -48,6 +48,7 @@ from _runs import (  # noqa: E402
     add_run_options,
     combine,
     compare,
+    epsilon_cell,
     read_curve,
     record_file,
     records_dir,
@@ -198,8 +199,7 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
             return f"{c[key][0]:.3g}" if c.get(key) else "-"
 
         def weakest(key: str, c: dict[str, list[float]] = cell) -> str:
-            # a guarantee over seeds is reported at its weakest (the largest epsilon)
-            return f"{max(c[key]):.3g}" if c.get(key) else "-"
+            return epsilon_cell(c.get(key, []), ".3g")
 
         name = f"{method} ({label})" if label else method
         steps = ", ".join(str(int(r)) for r in sorted(set(cell.get("rounds", []))))
