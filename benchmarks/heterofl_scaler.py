@@ -9,6 +9,8 @@ first round without a validation gain). One JSON object on stdout. Needs flcore 
 
     .venv/bin/python benchmarks/heterofl_scaler.py --scaler on --rounds 7
     .venv/bin/python benchmarks/heterofl_scaler.py --scaler off --rounds 7
+    .venv/bin/python benchmarks/heterofl_scaler.py --scaler on --rounds 7 \
+        --set model=pa3dfl_cnn_fmnist_sbn      # HeteroFL's static BN after every Scaler
 """
 
 from __future__ import annotations
@@ -85,7 +87,14 @@ def main(argv: list[str] | None = None) -> None:
         if result.round >= args.rounds or loss is None or not math.isfinite(loss):
             break
     iterator.close()
-    doc = {"machine": machine(), "scaler": args.scaler, "seed": args.seed, "rounds": rounds}
+    doc = {
+        "machine": machine(),
+        "model": cfg.model,
+        "scaler": args.scaler,
+        "seed": args.seed,
+        "overrides": args.set,
+        "rounds": rounds,
+    }
     print(json.dumps(doc, indent=1))
 
 

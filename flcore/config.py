@@ -668,6 +668,15 @@ def _check_attack(cfg: ExperimentConfig, a: AttackConfig, key: str = "attack") -
             "be attacked (of the meta-learners, the random walk's lodmeta, lodmeta_basic and "
             "lodmeta_sgd can)",
         )
+    from flcore.models import MODELS
+
+    if cfg.model and cfg.model in MODELS and getattr(MODELS.get(cfg.model), "STATIC_BN", False):
+        raise ConfigError(
+            key,
+            f"model {cfg.model!r} normalises each batch with its own statistics (static BN), "
+            "and the leakage evaluation replays records one at a time, which have none: attack "
+            "the same network without BN (drop the _sbn suffix)",
+        )
     supported = ATTACKS.get(a.name).algorithms
     if supported is not None and cfg.algorithm not in supported:
         raise ConfigError(

@@ -342,6 +342,12 @@ class Algorithm(ABC):
         model = self.vector_model()
         if next(model.buffers(), None) is not None:
             return f"model {self.model_spec.name!r} has buffers (BatchNorm statistics)"
+        if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+            return (
+                f"model {self.model_spec.name!r} has static BatchNorm (its evaluation needs "
+                "statistics from each client's records, and zero-padded channels would train "
+                "its bias)"
+            )
         if any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules()):
             return f"model {self.model_spec.name!r} has dropout"
         return None
@@ -514,9 +520,15 @@ class Algorithm(ABC):
         model = self.global_model()
         if model is None:
             return {}
-        from flcore.algorithms.training import evaluate
+        from flcore.algorithms.training import evaluate, static_bn, static_bn_layers
 
-        acc, _ = evaluate(model, data.global_test_set(), data.info, device=device)
+        if static_bn_layers(model):
+            # HeteroFL's static BN: the server queries every client's records for the
+            # statistics (Diao et al. 2021, Sec. 3.2), as the model is evaluated
+            with static_bn(model, data.clients_train_set(), data.info, device=device):
+                acc, _ = evaluate(model, data.global_test_set(), data.info, device=device)
+        else:
+            acc, _ = evaluate(model, data.global_test_set(), data.info, device=device)
         return {"global_accuracy": acc}
 
     def comm_units(self, client_ids: list[int]) -> float | None:
@@ -637,13 +649,16 @@ class Algorithm(ABC):
         """
         if not task.evaluate:
             return {}
-        from flcore.algorithms.training import evaluate
+        from flcore.algorithms.training import evaluate, static_bn
 
-        acc, loss = evaluate(model, data.test, data.info, device=self.device)
-        out = {"accuracy_before": acc} if before else {"accuracy": acc, "test_loss": loss}
-        if data.val is not None:
-            val_acc, _ = evaluate(model, data.val, data.info, device=self.device)
-            out["val_accuracy_before" if before else "val_accuracy"] = val_acc
+        # a static-BN model (HeteroFL's) is evaluated with its statistics on the client's own
+        # training records; nothing else changes for other models
+        with static_bn(model, data.train, data.info, device=self.device):
+            acc, loss = evaluate(model, data.test, data.info, device=self.device)
+            out = {"accuracy_before": acc} if before else {"accuracy": acc, "test_loss": loss}
+            if data.val is not None:
+                val_acc, _ = evaluate(model, data.val, data.info, device=self.device)
+                out["val_accuracy_before" if before else "val_accuracy"] = val_acc
         return out
 
     @abstractmethod

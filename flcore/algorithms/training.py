@@ -8,6 +8,7 @@ FedHKD), ``backward`` replaces the gradient computation (DP-SGD's per-sample cli
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +16,16 @@ from torch import nn
 
 from flcore.data import ArrayDataset, DatasetInfo, normalize
 
-__all__ = ["batches", "make_optimizer", "train_epochs", "evaluate", "LossFn", "BackwardFn"]
+__all__ = [
+    "batches",
+    "make_optimizer",
+    "train_epochs",
+    "evaluate",
+    "static_bn",
+    "static_bn_layers",
+    "LossFn",
+    "BackwardFn",
+]
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 BackwardFn = Callable[[nn.Module, torch.Tensor, torch.Tensor, LossFn], torch.Tensor]
@@ -125,3 +135,77 @@ def evaluate(
         loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
         correct += int((logits.argmax(1) == y).sum())
     return correct / n, loss_sum / n
+
+
+def static_bn_layers(model: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
+    """The model's BatchNorm layers that keep no running statistics (static BN)."""
+    return [
+        m
+        for m in model.modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and not m.track_running_stats
+    ]
+
+
+@contextmanager
+def static_bn(
+    model: nn.Module,
+    data: ArrayDataset,
+    info: DatasetInfo,
+    *,
+    batch_size: int = 1000,
+    device: torch.device | None = None,
+) -> Iterator[None]:
+    """HeteroFL's static batch normalisation (Diao et al. 2021, Sec. 3.2) for evaluation.
+
+    Inside the context every BatchNorm of ``model`` that keeps no running statistics (it
+    trains on each batch's own) holds statistics computed from ``data``: the cumulative mean
+    over ``data``'s batches of the batch mean and variance, as ``torch.optim.swa_utils.update_bn``
+    computes them (each layer sees the activations of the layers before it normalised with the
+    batch's statistics, as in training). An evaluation in eval mode then uses them, so a test
+    record's prediction does not depend on the other records of its batch. On exit the layers
+    are as they were (no statistics, nothing added to the state dict). A model without such
+    layers is left alone.
+    """
+    layers = static_bn_layers(model)
+    n = len(data.labels)
+    if not layers or n == 0:
+        yield
+        return
+    if any(
+        isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+        for m in model.modules()
+    ):
+        raise ValueError("static_bn: the model mixes static and tracking BatchNorm layers")
+    if n < 2:
+        raise ValueError("static batch normalisation needs at least 2 records, got 1")
+    from torch.optim.swa_utils import update_bn
+
+    device = device or torch.device("cpu")
+    starts = list(range(0, n, batch_size))
+    if len(starts) > 1 and n - starts[-1] == 1:
+        starts[-1] -= 1  # no batch of one record (its variance is undefined)
+    bounds = [*starts, n]
+    for m in layers:
+        ref = m.weight if m.weight is not None else next(model.parameters())
+        m.track_running_stats = True
+        m.running_mean = torch.zeros(m.num_features, device=ref.device, dtype=ref.dtype)
+        m.running_var = torch.ones(m.num_features, device=ref.device, dtype=ref.dtype)
+        m.num_batches_tracked = torch.tensor(0, dtype=torch.long, device=ref.device)
+    was_training = model.training
+    try:
+        with torch.no_grad():
+            update_bn(
+                (
+                    normalize(data.images[a:b], info).to(device)
+                    for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+                ),
+                model,
+            )
+        yield
+    finally:
+        for m in layers:
+            m.track_running_stats = False
+            m.running_mean = None
+            m.running_var = None
+            m.num_batches_tracked = None
+        model.train(was_training)

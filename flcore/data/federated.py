@@ -99,6 +99,11 @@ class FederatedData:
             return None
         return _subset(self.splits.train, self.public)
 
+    def clients_train_set(self) -> ArrayDataset:
+        """Every client's training records, client after client (a record two clients hold
+        appears twice): what a server querying each client in turn would be told about."""
+        return _subset(self.splits.train, np.concatenate(list(self.train.client_indices)))
+
     def global_test_set(self) -> ArrayDataset:
         """The class-balanced global test set."""
         return _subset(self.splits.test, self.global_test)

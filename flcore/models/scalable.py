@@ -19,6 +19,16 @@ plain linear layer. ``cnn_fmnist`` (HyperFL's CNN) is a different network and is
 layer's channels (and with what block size: the first fully-connected layer reads each conv
 channel as a block of 7x7 or 5x5 inputs), so the width-slicing algorithms (HeteroFL, FjORD,
 FedRolex) can cut any width, or any window of channels, out of the full model.
+
+``pa3dfl_cnn_fmnist_sbn`` and ``pa3dfl_cnn_cifar100_sbn`` are the same networks with HeteroFL's
+static batch normalisation (Diao et al. 2021, Sec. 3.2): a ``BatchNorm`` after each hidden layer
+(conv1, conv2, fc1, fc2), before its pooling and activation, that keeps no running statistics
+(``track_running_stats=False``: training normalises with the batch's own statistics). Its affine
+weight and bias are cut with the layer's channels. Evaluation computes the statistics from
+training records first (:func:`flcore.algorithms.training.static_bn`). Pa3dFL's Table 4 lists no
+normalisation; a HeteroFL baseline built on FLGo (found by code search; its CIFAR CNNs match
+Table 4's) puts a non-tracking BatchNorm after every Scaler, which is why these variants exist:
+on the BN-free networks HeteroFL's Scaler diverges at Table 7's Hetero learning rate.
 """
 
 from __future__ import annotations
@@ -29,7 +39,14 @@ from torch import nn
 
 from flcore.models.base import MODELS, SplitModel
 
-__all__ = ["ScalableModel", "ScalableCNNFashionMNIST", "ScalableCNNCifar100", "scaled"]
+__all__ = [
+    "ScalableModel",
+    "ScalableCNNFashionMNIST",
+    "ScalableCNNCifar100",
+    "ScalableCNNFashionMNISTStaticBN",
+    "ScalableCNNCifar100StaticBN",
+    "scaled",
+]
 
 
 def scaled(channels: int, width: float) -> int:
@@ -55,6 +72,9 @@ class ScalableModel(SplitModel):
     FULL_CHANNELS: ClassVar[dict[str, int]] = {}
     #: state key -> ((axis, layer whose channels index it, block size), ...)
     CHANNEL_AXES: ClassVar[dict[str, tuple[tuple[int, str, int], ...]]] = {}
+    #: BatchNorm without running statistics (HeteroFL's static BN): a single record cannot
+    #: pass through it in training mode, so the leakage evaluation refuses such a model
+    STATIC_BN: ClassVar[bool] = False
 
     width: float
 
@@ -64,18 +84,63 @@ class ScalableModel(SplitModel):
         return dict(cls.CHANNEL_AXES)
 
 
-def _axes(conv1: str, conv2: str, fc1: str, fc2: str, block: int) -> dict:
+def _axes(
+    conv1: str, conv2: str, fc1: str, fc2: str, block: int, at: tuple[int, ...] = (0, 3, 7, 9)
+) -> dict:
+    """The channel axes of the four hidden layers at ``features`` indices ``at``."""
+    i1, i2, i3, i4 = at
     return {
-        "features.0.weight": ((0, conv1, 1),),
-        "features.0.bias": ((0, conv1, 1),),
-        "features.3.weight": ((0, conv2, 1), (1, conv1, 1)),
-        "features.3.bias": ((0, conv2, 1),),
-        "features.7.weight": ((0, fc1, 1), (1, conv2, block)),
-        "features.7.bias": ((0, fc1, 1),),
-        "features.9.weight": ((0, fc2, 1), (1, fc1, 1)),
-        "features.9.bias": ((0, fc2, 1),),
+        f"features.{i1}.weight": ((0, conv1, 1),),
+        f"features.{i1}.bias": ((0, conv1, 1),),
+        f"features.{i2}.weight": ((0, conv2, 1), (1, conv1, 1)),
+        f"features.{i2}.bias": ((0, conv2, 1),),
+        f"features.{i3}.weight": ((0, fc1, 1), (1, conv2, block)),
+        f"features.{i3}.bias": ((0, fc1, 1),),
+        f"features.{i4}.weight": ((0, fc2, 1), (1, fc1, 1)),
+        f"features.{i4}.bias": ((0, fc2, 1),),
         "head.weight": ((1, fc2, 1),),
     }
+
+
+#: features indices of the hidden layers and of their BatchNorms in the static-BN variants
+_SBN_LAYERS = (0, 4, 9, 12)
+_SBN_NORMS = (1, 5, 10, 13)
+
+
+def _sbn_axes(names: tuple[str, str, str, str], block: int) -> dict:
+    axes = _axes(*names, block, at=_SBN_LAYERS)
+    for layer, i in zip(names, _SBN_NORMS, strict=True):
+        axes[f"features.{i}.weight"] = ((0, layer, 1),)
+        axes[f"features.{i}.bias"] = ((0, layer, 1),)
+    return axes
+
+
+def _sbn_features(
+    in_channels: int, channels: tuple[int, int, int, int], kernel: int, pad: int, side: int
+) -> nn.Sequential:
+    """Table 4's CNN body with a non-tracking BatchNorm after each hidden layer."""
+    c1, c2, h1, h2 = channels
+
+    def bn(kind: type[nn.Module], c: int) -> nn.Module:
+        return kind(c, momentum=None, track_running_stats=False)
+
+    return nn.Sequential(
+        nn.Conv2d(in_channels, c1, kernel_size=kernel, padding=pad),  # 0
+        bn(nn.BatchNorm2d, c1),  # 1
+        nn.MaxPool2d(2),
+        nn.ReLU(),
+        nn.Conv2d(c1, c2, kernel_size=kernel, padding=pad),  # 4
+        bn(nn.BatchNorm2d, c2),  # 5
+        nn.MaxPool2d(2),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(c2 * side * side, h1),  # 9
+        bn(nn.BatchNorm1d, h1),  # 10
+        nn.ReLU(),
+        nn.Linear(h1, h2),  # 12
+        bn(nn.BatchNorm1d, h2),  # 13
+        nn.ReLU(),
+    )
 
 
 @MODELS.register("pa3dfl_cnn_fmnist")
@@ -134,3 +199,39 @@ class ScalableCNNCifar100(ScalableModel):
             nn.ReLU(),
         )
         self.head = nn.Linear(h2, num_classes)
+
+
+@MODELS.register("pa3dfl_cnn_fmnist_sbn")
+class ScalableCNNFashionMNISTStaticBN(ScalableModel):
+    """:class:`ScalableCNNFashionMNIST` with static BatchNorm after each hidden layer."""
+
+    FULL_CHANNELS = ScalableCNNFashionMNIST.FULL_CHANNELS
+    STATIC_BN = True
+    CHANNEL_AXES: ClassVar[dict[str, tuple[tuple[int, str, int], ...]]] = _sbn_axes(
+        ("conv1", "conv2", "fc1", "fc2"), 7 * 7
+    )
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 1, width: float = 1.0) -> None:
+        super().__init__()
+        self.width = width
+        channels = tuple(scaled(c, width) for c in self.FULL_CHANNELS.values())
+        self.features = _sbn_features(in_channels, channels, 5, 2, 7)  # type: ignore[arg-type]
+        self.head = nn.Linear(channels[-1], num_classes)
+
+
+@MODELS.register("pa3dfl_cnn_cifar100_sbn")
+class ScalableCNNCifar100StaticBN(ScalableModel):
+    """:class:`ScalableCNNCifar100` with static BatchNorm after each hidden layer."""
+
+    FULL_CHANNELS = ScalableCNNCifar100.FULL_CHANNELS
+    STATIC_BN = True
+    CHANNEL_AXES: ClassVar[dict[str, tuple[tuple[int, str, int], ...]]] = _sbn_axes(
+        ("conv1", "conv2", "fc1", "fc2"), 5 * 5
+    )
+
+    def __init__(self, num_classes: int = 100, in_channels: int = 3, width: float = 1.0) -> None:
+        super().__init__()
+        self.width = width
+        channels = tuple(scaled(c, width) for c in self.FULL_CHANNELS.values())
+        self.features = _sbn_features(in_channels, channels, 5, 0, 5)  # type: ignore[arg-type]
+        self.head = nn.Linear(channels[-1], num_classes)

@@ -17,8 +17,21 @@ Implemented (Sec. 3):
   a width-p layer drops, as inverted dropout does. The head is not scaled: in HeteroFL's
   networks the output layer has no Scaler. At evaluation, and for the global model, the Scaler
   is the identity.
-- Static batch normalisation (Sec. 3.2): Pa3dFL's CNNs have no normalisation layer, so there is
-  nothing to make static; a model with BN would need it and this file does not provide it.
+- Static batch normalisation (Sec. 3.2): Pa3dFL's Table 4 CNNs have no normalisation layer;
+  ``model: pa3dfl_cnn_fmnist_sbn`` (or ``pa3dfl_cnn_cifar100_sbn``) is the same network with a
+  BatchNorm after each hidden layer that keeps no running statistics: training normalises
+  every batch with its own statistics, and BN's affine weight and bias are sliced and averaged
+  like the layer's channels. For evaluation the statistics are computed first
+  (``flcore.algorithms.training.static_bn``, the base ``client_eval`` and ``evaluate_server``):
+  a client's submodel from the client's own training records, the global model from every
+  client's training records (the paper's server querying the clients in turn and cumulating
+  their statistics). Deviation: HeteroFL computes the statistics once, on the server, over
+  every client's records; here a client's own submodel uses its own records, which releases
+  nothing to the server and, on Pa3dFL's i.i.d. FMNIST, estimates the same distribution.
+  These statistics are not covered by any privacy accounting (HeteroFL has none). A
+  FLGo-based HeteroFL found by code search puts such a BatchNorm after every Scaler on CNNs
+  that match Table 4's; with it HeteroFL trains at Table 7's Hetero lr 0.1, without it the
+  Scaler diverges (below).
 - Masked cross-entropy (Sec. 3.2): the training loss of a client ignores the logits of classes
   absent from its training records (they are set to -inf before the softmax, so they get no
   probability and no gradient). Evaluation is unmasked.
