@@ -201,37 +201,45 @@ class ScalableCNNCifar100(ScalableModel):
         self.head = nn.Linear(h2, num_classes)
 
 
+class _StaticBNCNN(ScalableModel):
+    """Table 4's CNN (``PAD``, ``SIDE``: conv padding, feature-map side before fc1) with a
+    static BatchNorm after each hidden layer."""
+
+    STATIC_BN = True
+    PAD: ClassVar[int] = 0
+    SIDE: ClassVar[int] = 0
+
+    def __init__(self, num_classes: int, in_channels: int, width: float = 1.0) -> None:
+        super().__init__()
+        self.width = width
+        c1, c2, h1, h2 = (scaled(c, width) for c in self.FULL_CHANNELS.values())
+        self.features = _sbn_features(in_channels, (c1, c2, h1, h2), 5, self.PAD, self.SIDE)
+        self.head = nn.Linear(h2, num_classes)
+
+
 @MODELS.register("pa3dfl_cnn_fmnist_sbn")
-class ScalableCNNFashionMNISTStaticBN(ScalableModel):
+class ScalableCNNFashionMNISTStaticBN(_StaticBNCNN):
     """:class:`ScalableCNNFashionMNIST` with static BatchNorm after each hidden layer."""
 
     FULL_CHANNELS = ScalableCNNFashionMNIST.FULL_CHANNELS
-    STATIC_BN = True
     CHANNEL_AXES: ClassVar[dict[str, tuple[tuple[int, str, int], ...]]] = _sbn_axes(
         ("conv1", "conv2", "fc1", "fc2"), 7 * 7
     )
+    PAD, SIDE = 2, 7
 
     def __init__(self, num_classes: int = 10, in_channels: int = 1, width: float = 1.0) -> None:
-        super().__init__()
-        self.width = width
-        channels = tuple(scaled(c, width) for c in self.FULL_CHANNELS.values())
-        self.features = _sbn_features(in_channels, channels, 5, 2, 7)  # type: ignore[arg-type]
-        self.head = nn.Linear(channels[-1], num_classes)
+        super().__init__(num_classes, in_channels, width)
 
 
 @MODELS.register("pa3dfl_cnn_cifar100_sbn")
-class ScalableCNNCifar100StaticBN(ScalableModel):
+class ScalableCNNCifar100StaticBN(_StaticBNCNN):
     """:class:`ScalableCNNCifar100` with static BatchNorm after each hidden layer."""
 
     FULL_CHANNELS = ScalableCNNCifar100.FULL_CHANNELS
-    STATIC_BN = True
     CHANNEL_AXES: ClassVar[dict[str, tuple[tuple[int, str, int], ...]]] = _sbn_axes(
         ("conv1", "conv2", "fc1", "fc2"), 5 * 5
     )
+    PAD, SIDE = 0, 5
 
     def __init__(self, num_classes: int = 100, in_channels: int = 3, width: float = 1.0) -> None:
-        super().__init__()
-        self.width = width
-        channels = tuple(scaled(c, width) for c in self.FULL_CHANNELS.values())
-        self.features = _sbn_features(in_channels, channels, 5, 0, 5)  # type: ignore[arg-type]
-        self.head = nn.Linear(channels[-1], num_classes)
+        super().__init__(num_classes, in_channels, width)
