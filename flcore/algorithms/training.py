@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flcore.data import ArrayDataset, DatasetInfo, normalize
+from flcore.data import ArrayDataset, DatasetInfo, conv_layout, normalize
 
 __all__ = [
     "batches",
@@ -96,7 +96,7 @@ def train_epochs(
     """
     sampler = sampler or batches
     device = device or torch.device("cpu")
-    x_all = normalize(data.images, info).to(device)
+    x_all = conv_layout(normalize(data.images, info).to(device), device)
     y_all = data.labels.to(device)
     model.train()
     total, steps = torch.zeros((), device=device), 0
@@ -129,7 +129,7 @@ def evaluate(
     if n == 0:
         return float("nan"), float("nan")
     for start in range(0, n, batch_size):
-        x = normalize(data.images[start : start + batch_size], info).to(device)
+        x = conv_layout(normalize(data.images[start : start + batch_size], info).to(device), device)
         y = data.labels[start : start + batch_size].to(device)
         logits = model(x)
         loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
@@ -196,7 +196,7 @@ def static_bn(
         with torch.no_grad():
             update_bn(
                 (
-                    normalize(data.images[a:b], info).to(device)
+                    conv_layout(normalize(data.images[a:b], info).to(device), device)
                     for a, b in zip(bounds[:-1], bounds[1:], strict=True)
                 ),
                 model,

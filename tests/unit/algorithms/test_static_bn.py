@@ -14,7 +14,7 @@ import flcore.algorithms.widths.heterofl  # noqa: F401  (registers)
 from flcore.algorithms import ClientData, ClientTask
 from flcore.algorithms.training import evaluate, static_bn, static_bn_layers
 from flcore.config import validate_config
-from flcore.data import ArrayDataset, normalize
+from flcore.data import ArrayDataset, conv_layout, normalize
 from flcore.errors import ConfigError
 from flcore.executor import client_generator, resolve_executor
 from flcore.experiment import build_data, build_engine
@@ -77,12 +77,14 @@ def test_static_bn_statistics_are_the_training_records_and_leave_nothing_behind(
     torch.manual_seed(0)
     model = MODELS.create("pa3dfl_cnn_fmnist_sbn", num_classes=10, in_channels=1)
     keys = set(model.state_dict())
-    x = normalize(train.images, info)
+    x = conv_layout(normalize(train.images, info), torch.device("cpu"))  # as static_bn's
     first = model.features[0](x).detach()  # the first BatchNorm's input: conv1's output
     with static_bn(model, train, info, batch_size=1000):  # one batch: the exact statistics
         bn = model.features[1]
-        assert torch.allclose(bn.running_mean, first.mean((0, 2, 3)), atol=1e-5)
-        assert torch.allclose(bn.running_var, first.var((0, 2, 3)), rtol=1e-4)
+        # float32 sums over 313,600 values per channel: agree to 1e-3
+        want_mean, want_var = first.double().mean((0, 2, 3)), first.double().var((0, 2, 3))
+        assert torch.allclose(bn.running_mean.double(), want_mean, atol=1e-3)
+        assert torch.allclose(bn.running_var.double(), want_var, rtol=1e-3)
         # a test record's prediction no longer depends on the rest of its batch
         model.eval()
         xt = normalize(test.images[:50], info)
