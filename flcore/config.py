@@ -497,6 +497,13 @@ def _check_names(cfg: ExperimentConfig) -> None:
     check_early_stopping(cfg)
     alg = ALGORITHMS.get(cfg.algorithm)
     alg.validate_params(cfg.algorithm_params)
+    static_bn = cfg.model and getattr(MODELS.get(cfg.model), "STATIC_BN", False)
+    if static_bn and not alg.static_bn_ok:
+        raise ConfigError(
+            "model",
+            f"{cfg.algorithm} cannot run {cfg.model!r}: it rebuilds or gates the network's "
+            "layers and has no rule for BatchNorm; use the model without the _sbn suffix",
+        )
     if cfg.privacy is not None and cfg.privacy.mechanism not in alg.privacy_mechanisms:
         supported = ", ".join(sorted(alg.privacy_mechanisms)) or "none"
         raise ConfigError(

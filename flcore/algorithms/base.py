@@ -301,6 +301,10 @@ class Algorithm(ABC):
     #: DP-SGD). Read through :meth:`vectorizable`: each class declares it for itself, so a
     #: subclass that changes the local work does not inherit it.
     vectorized: ClassVar[bool] = False
+    #: the algorithm can train a model with static BatchNorm (HeteroFL's, ``*_sbn`` models); a
+    #: class that rebuilds or gates the network's layers (Pa3dFL, FLANC, pFedGate) says False
+    #: and such a config is refused before any work
+    static_bn_ok: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -305,6 +305,7 @@ class FLANC(Algorithm):
 
     name = "flanc"
     capacity_aware = True
+    static_bn_ok = False  # it rebuilds (or gates) the layers; no rule for BatchNorm
     Params = FlancParams
 
     # ----------------------------------------------------------------- models

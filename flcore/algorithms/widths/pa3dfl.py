@@ -536,6 +536,7 @@ class Pa3dFL(Algorithm):
     reports = Algorithm.reports - {"global_accuracy"}
     Params = Pa3dFLParams
     capacity_aware = True
+    static_bn_ok = False  # it rebuilds (or gates) the layers; no rule for BatchNorm
     vectorized = True  # padded to full width, with its own objective (vector_objective)
     vector_objective = True
 

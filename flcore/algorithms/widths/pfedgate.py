@@ -270,6 +270,7 @@ class PFedGate(Algorithm):
 
     name = "pfedgate"
     capacity_aware = True
+    static_bn_ok = False  # it rebuilds (or gates) the layers; no rule for BatchNorm
     Params = PFedGateParams
     reports = Algorithm.reports - {"global_accuracy"}
 

@@ -185,3 +185,16 @@ def test_an_attack_on_a_static_bn_model_is_refused_before_any_work(data_root: Pa
     with pytest.raises(ConfigError, match="static BN"):
         _cfg(data_root, [1.0, 0.25], attack=attack)
     _cfg(data_root, [1.0, 0.25], attack=attack, model="pa3dfl_cnn_fmnist")  # without BN: fine
+
+
+@pytest.mark.parametrize("algorithm", ["flanc", "pfedgate", "pa3dfl"])
+def test_algorithms_that_rebuild_the_layers_refuse_a_static_bn_model(
+    data_root: Path, algorithm: str
+) -> None:
+    import flcore.algorithms.widths.flanc  # noqa: F401  (registers)
+    import flcore.algorithms.widths.pa3dfl  # noqa: F401
+    import flcore.algorithms.widths.pfedgate  # noqa: F401
+
+    with pytest.raises(ConfigError, match="no rule for BatchNorm"):
+        _cfg(data_root, [1.0, 0.25], algorithm=algorithm)
+    _cfg(data_root, [1.0, 0.25], algorithm=algorithm, model="pa3dfl_cnn_fmnist")  # without BN
