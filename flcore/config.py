@@ -497,8 +497,7 @@ def _check_names(cfg: ExperimentConfig) -> None:
     check_early_stopping(cfg)
     alg = ALGORITHMS.get(cfg.algorithm)
     alg.validate_params(cfg.algorithm_params)
-    static_bn = cfg.model and getattr(MODELS.get(cfg.model), "STATIC_BN", False)
-    if static_bn and not alg.static_bn_ok:
+    if _static_bn_model(cfg) and not alg.static_bn_ok:
         raise ConfigError(
             "model",
             f"{cfg.algorithm} cannot run {cfg.model!r}: it rebuilds or gates the network's "
@@ -657,6 +656,15 @@ def _check_capacity(cfg: ExperimentConfig, c: CapacityConfig) -> None:
     check_model_widths(model_cls.FULL_CHANNELS, c.p_min)
 
 
+def _static_bn_model(cfg: ExperimentConfig) -> bool:
+    """The configured model normalises with static BatchNorm (``ScalableModel.STATIC_BN``)."""
+    from flcore.models import MODELS
+
+    return bool(
+        cfg.model and cfg.model in MODELS and getattr(MODELS.get(cfg.model), "STATIC_BN", False)
+    )
+
+
 def _check_attack(cfg: ExperimentConfig, a: AttackConfig, key: str = "attack") -> None:
     from flcore.attacks import ATTACKS
 
@@ -675,9 +683,7 @@ def _check_attack(cfg: ExperimentConfig, a: AttackConfig, key: str = "attack") -
             "be attacked (of the meta-learners, the random walk's lodmeta, lodmeta_basic and "
             "lodmeta_sgd can)",
         )
-    from flcore.models import MODELS
-
-    if cfg.model and cfg.model in MODELS and getattr(MODELS.get(cfg.model), "STATIC_BN", False):
+    if _static_bn_model(cfg):
         raise ConfigError(
             key,
             f"model {cfg.model!r} normalises each batch with its own statistics (static BN), "

@@ -524,14 +524,18 @@ class Algorithm(ABC):
         model = self.global_model()
         if model is None:
             return {}
+        from contextlib import nullcontext
+
         from flcore.algorithms.training import evaluate, static_bn, static_bn_layers
 
-        if static_bn_layers(model):
-            # HeteroFL's static BN: the server queries every client's records for the
-            # statistics (Diao et al. 2021, Sec. 3.2), as the model is evaluated
-            with static_bn(model, data.clients_train_set(), data.info, device=device):
-                acc, _ = evaluate(model, data.global_test_set(), data.info, device=device)
-        else:
+        # HeteroFL's static BN: the server queries every client's records for the statistics
+        # (Diao et al. 2021, Sec. 3.2); other models skip gathering them
+        stats = (
+            static_bn(model, data.clients_train_set(), data.info, device=device)
+            if static_bn_layers(model)
+            else nullcontext()
+        )
+        with stats:
             acc, _ = evaluate(model, data.global_test_set(), data.info, device=device)
         return {"global_accuracy": acc}
 
