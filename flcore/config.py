@@ -233,10 +233,17 @@ class FewShotConfig(_Strict):
 class EarlyStoppingConfig(_Strict):
     """Stop when ``metric`` (a validation metric, higher is better) has not improved for
     ``patience`` x rounds rounds (Pa3dFL: 0.2 R); the run then reports the metrics of its
-    best-validation round."""
+    best-validation round, or with ``window`` W > 1 of its best W evaluation rounds in a row
+    (their means: a round's few sampled clients make its value noisy, flcore.engine)."""
 
     metric: str = "val_accuracy"
     patience: float = Field(0.2, gt=0, le=1, description="fraction of the run's rounds")
+    window: int = Field(
+        1,
+        ge=1,
+        description="evaluation rounds the tracked value averages; the run then reports its "
+        "best window's mean accuracies (flcore.engine)",
+    )
 
 
 #: the symbolic attacked rounds, resolved per run against its ``rounds`` (see

@@ -13,15 +13,22 @@ validation metrics for more than 0.2R rounds"), on when ``early_stopping_metric`
   own validation records (a ``client_split`` with val > 0); only evaluation rounds measure it,
   and a round that measures nothing (a Poisson-sampled round with no client, or a round whose
   clients report no validation metric) neither improves it nor counts as a check;
+- with ``early_stopping_window`` W > 1 the tracked value is the mean of the last W measured
+  values (of all so far before the W-th measurement): one round's value is a mean over
+  its few sampled clients, so the best single round is mostly the luckiest draw of clients, and
+  its test accuracy, measured on the same clients, shares that luck. Pa3dFL's configs use W =
+  10 (200 client evaluations at fraction 0.2; BENCHMARKS.md measures what W = 1 overstates);
 - a gain is a value strictly above the best so far (a tie is no gain); the best value and its
-  round are kept;
+  round (the window's last) are kept;
 - after a round that measured the metric, if ``round - best_round > patience x rounds`` and the
   run has rounds left, the run stops after this round (``stopped_early``);
 - the run then reports its best-validation model: the summary's client accuracies
   (``accuracy``, ``accuracy_before``, the ``*_width_*`` keys) and ``global_accuracy`` are those
-  recorded in the best round, beside ``rounds_completed``, ``best_round``, ``early_stopped``
-  (1.0 / 0.0) and ``best_<metric>``. Cumulative totals (bytes, seconds, epsilon) are those of
-  every round actually run. Checkpoints carry this state.
+  recorded in the best round, or with W > 1 their means over the best window's rounds (a width
+  cluster's over the window's rounds that sampled it; ``*_worst_width`` the lowest of those
+  means), beside ``rounds_completed``, ``best_round``, ``best_window_start``,
+  ``early_stopped`` (1.0 / 0.0) and ``best_<metric>``. Cumulative totals (bytes, seconds,
+  epsilon) are those of every round actually run. Checkpoints carry this state.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ __all__ = [
     "CLIENT_ACCURACIES",
     "VAL_ACCURACIES",
     "checkpoint_round",
+    "window_mean",
 ]
 
 CHECKPOINT_VERSION = 1
@@ -67,6 +75,19 @@ def _on_cpu(state: Any) -> Any:
     if isinstance(state, list | tuple):
         return type(state)(_on_cpu(v) for v in state)
     return state
+
+
+def window_mean(values: list[float]) -> float:
+    """Early stopping's tracked value over a window: the exactly rounded mean (math.fsum), to 6
+    decimals, so that windows of equal means tie whatever their order or the rounding of a
+    logged curve (accuracies are fractions of a few hundred records; ties are common)."""
+    return round(math.fsum(values) / len(values), 6)
+
+
+def _window_mean(rows: list[dict[str, Any]], key: str) -> float | None:
+    """The mean of ``key`` over the rows that measured it (None if none did)."""
+    values = [float(v) for m in rows if (v := m.get(key)) is not None]
+    return float(np.mean(values)) if values else None
 
 
 def _mean(values: list[float]) -> float | None:
@@ -96,6 +117,8 @@ class Engine:
             better) to stop on (see the module docstring); None: no early stopping.
         early_stopping_patience: the rounds without gain tolerated, as a fraction of
             ``rounds`` (Pa3dFL: 0.2).
+        early_stopping_window: the measured rounds the tracked value averages (1: each round
+            alone; see the module docstring).
         executor: ``loop`` (clients one by one, in process or a pool), ``vectorized`` (a
             round's clients as one batched computation, flcore.vectorized) or ``auto`` (see
             :func:`~flcore.executor.resolve_executor`).
@@ -119,6 +142,7 @@ class Engine:
         probes: list[Any] | None = None,
         early_stopping_metric: str | None = None,
         early_stopping_patience: float = 0.2,
+        early_stopping_window: int = 1,
         executor: str = "loop",
         executor_chunk: int | None = None,
     ) -> None:
@@ -131,6 +155,8 @@ class Engine:
             raise ValueError(
                 f"early_stopping_patience must be in (0, 1], got {early_stopping_patience!r}"
             )
+        if early_stopping_window < 1:
+            raise ValueError(f"early_stopping_window must be >= 1, got {early_stopping_window!r}")
         self.factory = factory
         self.data = data
         self.rounds = rounds
@@ -155,9 +181,11 @@ class Engine:
         self._costs: dict[int, dict[str, Any]] | None = None
         self.early_stopping_metric = early_stopping_metric
         self.early_stopping_patience = early_stopping_patience
-        self.best_value: float | None = None  # best early-stopping metric so far
-        self.best_round: int | None = None  # the round that measured it
+        self.early_stopping_window = early_stopping_window
+        self.best_value: float | None = None  # best early-stopping metric (window mean) so far
+        self.best_round: int | None = None  # the round that measured it (its window's last)
         self.stopped_early = False
+        self._measured: list[tuple[int, float]] = []  # (round, value) of each measuring round
 
     @property
     def finished(self) -> bool:
@@ -205,6 +233,9 @@ class Engine:
         value = result.metrics.get(self.early_stopping_metric)
         if value is None or not math.isfinite(value):
             return  # not measured this round: neither a gain nor a check
+        self._measured.append((result.round, float(value)))
+        if self.early_stopping_window > 1:
+            value = window_mean([v for _, v in self._measured[-self.early_stopping_window :]])
         if self.best_value is None or value > self.best_value:
             self.best_value, self.best_round = float(value), result.round
         assert self.best_round is not None
@@ -215,8 +246,18 @@ class Engine:
     def _replay_validation(self) -> None:
         """Rebuild early stopping's state from the history (a checkpoint without it)."""
         self.best_value, self.best_round, self.stopped_early = None, None, False
+        self._measured = []
         for h in self.history:
             self._track_validation(h)
+
+    def best_window(self) -> list[int]:
+        """The rounds of the best window (``[best_round]`` when the window is 1; ``[]`` before
+        anything was tracked)."""
+        if self.best_round is None:
+            return []
+        rounds = [r for r, _ in self._measured]
+        end = rounds.index(self.best_round) + 1
+        return rounds[max(0, end - self.early_stopping_window) : end]
 
     def _is_eval_round(self, r: int) -> bool:
         return r % self.eval_every == 0 or r == self.rounds
@@ -329,9 +370,10 @@ class Engine:
     def summary(self) -> dict[str, Any]:
         """Final metrics: the last evaluated round's accuracies and the cumulative totals.
 
-        With early stopping, the accuracies are those of the best-validation round instead,
-        and ``rounds_completed``, ``best_round``, ``early_stopped`` and ``best_<metric>`` are
-        added (see the module docstring)."""
+        With early stopping, the accuracies are those of the best-validation round instead (the
+        means over the best window's rounds when the window is longer than 1), and
+        ``rounds_completed``, ``best_round``, ``best_window_start``, ``early_stopped`` and
+        ``best_<metric>`` are added (see the module docstring)."""
         last_eval = next((h for h in reversed(self.history) if h.evaluated), None)
         # A Poisson-sampled round (client-level DP) may have no client: the client accuracies
         # are then those of the last evaluated round that had clients.
@@ -350,10 +392,27 @@ class Engine:
             if with_clients
             else {}
         )
+        client_accs = {
+            k: with_clients.metrics.get(k) if with_clients else None for k in CLIENT_ACCURACIES
+        }
+        global_acc = last_eval.metrics.get("global_accuracy") if last_eval else None
+        window = self.best_window() if self.early_stopping_metric is not None else []
+        if len(window) > 1:  # the best window's means (module docstring)
+            rows = [h.metrics for h in self.history if h.round in window and h.evaluated]
+            client_accs = {k: _window_mean(rows, k) for k in CLIENT_ACCURACIES}
+            global_acc = _window_mean(rows, "global_accuracy")
+            keys = {k for m in rows for k in m if k.startswith(CLIENT_ACCURACIES) and "_width" in k}
+            width_keys = {
+                k: _window_mean(rows, k) for k in sorted(keys) if not k.endswith("_worst_width")
+            }
+            for key in CLIENT_ACCURACIES:
+                cluster = [v for k, v in width_keys.items() if k.startswith(f"{key}_width_")]
+                if cluster:
+                    width_keys[f"{key}_worst_width"] = min(v for v in cluster if v is not None)
         out = {
-            **{k: with_clients.metrics.get(k) if with_clients else None for k in CLIENT_ACCURACIES},
+            **client_accs,
             **width_keys,
-            "global_accuracy": last_eval.metrics.get("global_accuracy") if last_eval else None,
+            "global_accuracy": global_acc,
             "rounds": self.round,
             **self.totals,
             **self.algorithm.privacy_metrics(),
@@ -364,6 +423,7 @@ class Engine:
         if self.early_stopping_metric is not None:
             out["rounds_completed"] = self.round
             out["best_round"] = self.best_round
+            out["best_window_start"] = window[0] if window else None
             out["early_stopped"] = 1.0 if self.stopped_early else 0.0
             out[f"best_{self.early_stopping_metric}"] = self.best_value
         for probe in self.probes:
@@ -426,6 +486,7 @@ class Engine:
             "probes": [p.state_dict() for p in self.probes],
             "early_stopping": {
                 "metric": self.early_stopping_metric,
+                "window": self.early_stopping_window,
                 "best_value": self.best_value,
                 "best_round": self.best_round,
                 "stopped_early": self.stopped_early,
@@ -450,12 +511,19 @@ class Engine:
         for probe, probe_state in zip(self.probes, state.get("probes", []), strict=False):
             probe.load_state_dict(probe_state)
         stopping = state.get("early_stopping")
-        if stopping is not None and stopping.get("metric") == self.early_stopping_metric:
+        same = (
+            stopping is not None
+            and stopping.get("metric") == self.early_stopping_metric
+            and stopping.get("window", 1) == self.early_stopping_window
+        )
+        # the tracked rule replays from the history; a checkpoint that tracked the same rule
+        # keeps its own word on stopping (so does every checkpoint of this version)
+        self._replay_validation()
+        if same:
+            assert stopping is not None
             self.best_value = stopping["best_value"]
             self.best_round = stopping["best_round"]
             self.stopped_early = bool(stopping["stopped_early"])
-        else:  # an older checkpoint, or one tracking another metric: rebuild from the history
-            self._replay_validation()
 
     def save_checkpoint(self, path: str | Path) -> Path:
         """Write the state to ``path`` atomically (a crash never leaves a half file)."""

@@ -355,6 +355,7 @@ def build_engine(
         callbacks=callbacks,
         early_stopping_metric=cfg.early_stopping.metric if cfg.early_stopping else None,
         early_stopping_patience=cfg.early_stopping.patience if cfg.early_stopping else 0.2,
+        early_stopping_window=cfg.early_stopping.window if cfg.early_stopping else 1,
         executor=cfg.executor,
         executor_chunk=cfg.executor_chunk,
     )

@@ -15,7 +15,8 @@ inf training loss; the trial ends there), or an objective still NaN. A seed's ru
 its last round by the config's ``early_stopping`` (Pa3dFL's protocol, not a scheduler's
 pruning): once every seed's run has ended, ``rounds_total`` is ``rounds_completed`` (the trial is
 COMPLETE), and the client accuracies reported are each seed's best-validation round's
-(:meth:`flcore.engine.Engine.summary`), with ``best_round``. ``privacy_tags`` is the
+(their best window's means with ``early_stopping.window``; :meth:`flcore.engine.Engine.summary`),
+with ``best_round``. ``privacy_tags`` is the
 algorithm's :meth:`~flcore.algorithms.base.Algorithm.privacy_tags` (the driver tags the child run
 with each). A checkpoint holds every seed's whole engine state.
 """

@@ -21,7 +21,7 @@ import yaml
 from flcore.callbacks import Callback
 from flcore.config import validate_config
 from flcore.data import FederatedData
-from flcore.engine import CLIENT_ACCURACIES, Engine
+from flcore.engine import CLIENT_ACCURACIES, Engine, window_mean
 from flcore.errors import ConfigError
 from flcore.experiment import build_data, build_engine
 
@@ -265,3 +265,60 @@ def test_fedsweep_run_ends_an_early_stopped_run_finished(
     assert run.info.status == "FINISHED"
     assert run.data.metrics["rounds_completed"] == doc["rounds_completed"]
     assert run.data.metrics["accuracy"] == pytest.approx(best["accuracy"])
+
+
+def test_a_window_tracks_the_mean_of_the_last_rounds_and_reports_its_means(
+    es_config: dict[str, Any], es_data: FederatedData, tmp_path: Path
+) -> None:
+    # half the clients a round, two widths: a round may sample one width cluster only
+    window = 3
+    raw = es_config | {
+        "model": "pa3dfl_cnn_fmnist",
+        "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 1.0, 0.25]},
+        "client_fraction": 0.5,
+        "full_last_round": False,
+        "early_stopping": {"metric": "val_accuracy", "patience": 0.25, "window": window},
+    }
+    engine = _engine(raw, es_data)
+    summary = engine.run()
+    vals = [h.metrics["val_accuracy"] for h in engine.history]
+    # the mean of the last 3 rounds' values (of the first 1 and 2 in rounds 1 and 2)
+    means = [window_mean(vals[max(0, i - window + 1) : i + 1]) for i in range(len(vals))]
+    best_round = 1 + means.index(max(means))  # the first window reaching the maximum
+    assert best_round >= window  # the premise: a full window is the best
+    assert summary["best_round"] == best_round
+    assert summary["best_val_accuracy"] == pytest.approx(max(means))
+    assert summary["best_window_start"] == best_round - window + 1
+    if engine.stopped_early:
+        assert engine.round == best_round + math.floor(0.25 * ROUNDS) + 1
+    rows = [h.metrics for h in engine.history[best_round - window : best_round]]
+    for key in ("accuracy", "accuracy_before"):
+        assert summary[key] == pytest.approx(sum(m[key] for m in rows) / window)
+    clusters = {}
+    for key in {k for m in rows for k in m if k.startswith("accuracy_width_")}:
+        present = [m[key] for m in rows if key in m]
+        clusters[key] = sum(present) / len(present)
+        assert summary[key] == pytest.approx(clusters[key])
+    assert len(clusters) == 2
+    assert summary["accuracy_worst_width"] == pytest.approx(min(clusters.values()))
+
+    # a checkpoint written under another window replays the history under this one
+    first = _engine(raw | {"early_stopping": {"metric": "val_accuracy", "patience": 0.25}}, es_data)
+    rounds = first.iter_rounds()
+    for result in rounds:
+        if result.round == 5:
+            break
+    rounds.close()
+    path = first.save_checkpoint(tmp_path / "ckpt.pt")
+    resumed = _engine(raw, es_data)
+    resumed.load_checkpoint(path)
+    timing = {"seconds", "bytes_up", "bytes_down"}
+    assert {k: v for k, v in resumed.run().items() if k not in timing} == {
+        k: v for k, v in summary.items() if k not in timing
+    }
+
+
+def test_a_window_below_one_is_refused(es_config: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate_config(es_config | {"early_stopping": {"metric": "val_accuracy", "window": 0}})
+    assert err.value.key.startswith("early_stopping")

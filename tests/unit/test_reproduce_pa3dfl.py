@@ -142,3 +142,48 @@ def test_ablation_sets_its_override_and_refuses_other_methods(tmp_path: Path) ->
     )  # fmt: skip
     assert done.returncode == 2 and "--ablation runs Pa3dFL alone" in done.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_every_config_stops_on_its_deployed_models_validation_over_the_window() -> None:
+    import runpy
+
+    import yaml
+
+    mod = runpy.run_path(str(SCRIPT), run_name="reproduce")
+    for setting in mod["SETTINGS"]:
+        for method in mod["METHODS"]:
+            raw = yaml.safe_load(mod["config_path"](setting, method).read_text())
+            stopping = raw["early_stopping"]
+            assert stopping["metric"] == mod["SELECT_METRIC"][method], (setting, method)
+            assert stopping["window"] == mod["WINDOW"] == 10, (setting, method)
+
+
+def test_the_summary_rescores_every_run_by_the_window_rule_from_its_curve() -> None:
+    import runpy
+
+    mod = runpy.run_path(str(SCRIPT), run_name="reproduce")
+    rescore, table = mod["rescore"], mod["summary_table"]
+    # validation climbs to a lucky single round (12), then holds a higher plateau (20-29)
+    val = [0.5 + 0.01 * r for r in range(1, 11)] + [0.6, 0.9] + [0.6] * 7 + [0.8] * 10
+    curve = [
+        {"round": r, "val_accuracy": v, "accuracy": v - 0.05, "val_accuracy_before": 0.1}
+        for r, v in enumerate(val, start=1)
+    ]
+    value, start, end = rescore(curve, "pa3dfl")
+    assert (start, end) == (20, 29) and value == pytest.approx(0.75)
+    # a run whose own summary chose round 12 alone is judged by the rule all the same, and
+    # its worst-width cell (chosen by the old rule) is left out
+    record = {"curve": {"columns": list(curve[0]), "rows": [list(r.values()) for r in curve]}}
+    summary = {"rounds": 29, "early_stopped": 0.0, "accuracy": 0.85, "best_round": 12,
+               "best_val_accuracy": 0.9, "accuracy_worst_width": 0.7}  # fmt: skip
+    run = {"setting": "hetero", "method": "pa3dfl", "label": "", "rounds": 29, "seed": 0,
+           "summary": summary, "folder": None, "record": record}  # fmt: skip
+    row = next(line for line in table([run]).splitlines() if line.startswith("| pa3dfl"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4] == "75.00 (accuracy)" and cells[7] == "-"
+    # the same run under the rule keeps its own worst-width cell
+    summary |= {"best_round": 29, "best_window_start": 20, "best_val_accuracy": 0.8}
+    row = next(line for line in table([run]).splitlines() if line.startswith("| pa3dfl"))
+    assert row.rstrip(" |").endswith("70.00")
+    # a global-model method is chosen on the validation accuracy of the model it deploys
+    assert rescore(curve, "fedavg") is None  # no accuracy_before logged in this curve
