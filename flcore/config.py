@@ -213,6 +213,15 @@ class GraphConfig(_Strict):
     path: str | None = Field(None, description="edges: the edge-list file")
     walk: Literal["simple", "metropolis"] = "simple"
 
+    @model_validator(mode="after")
+    def _even_ring(self) -> GraphConfig:
+        # networkx joins k // 2 neighbours on each side: an odd k would silently be k - 1
+        if self.name == "watts_strogatz" and self.k % 2:
+            raise ValueError(
+                f"graph.k must be even for watts_strogatz (k // 2 a side), got {self.k}"
+            )
+        return self
+
 
 class FewShotConfig(_Strict):
     """Few-shot clients (flcore.data.fewshot): each training client holds one N-way K-shot task

@@ -8,7 +8,7 @@ FMNIST's CONV4; M from measured meta-gradient norms, benchmarks/lodmeta_grad_nor
 |---|---|---|
 | ``lr`` | 3e-4, 1e-3, 3e-3 | the meta step eta around the paper's 1e-3 |
 | ``algorithm_params.inner_lr`` | 0.03, 0.1, 0.3 | alpha around our 0.1 |
-| ``algorithm_params.inner_steps`` | 1, 3, 5 | K up to the paper's 5 |
+| ``algorithm_params.inner_steps`` (walks, FedMAML) | 1, 3, 5 | K up to the paper's 5 (eval: 5) |
 | ``graph.name`` (walks, L2C) | regular, watts_strogatz | the paper's two networks |
 | ``privacy.release_epsilon`` (walks) | 0.3 .. 0.95 | Algorithm 2's per-release epsilon (< 1) |
 | ``privacy.delta`` (walks) | 1e-5, 1e-3 | below 1 / 100 records a client (else weak-delta) |
@@ -28,9 +28,12 @@ from search_spaces.base import SPACES, param_name
 __all__ = ["fedalt_space", "fedmaml_space", "l2c_space", "walk_space"]
 
 
-def _inner(trial: Any, algorithm: str) -> None:
+def _inner(trial: Any, algorithm: str, *, steps: bool = True) -> None:
+    """alpha, and K where the algorithm has a MAML inner loop (the evaluation's K stays 5:
+    ``eval_steps``, never searched)."""
     trial.suggest_categorical(param_name(algorithm, "algorithm_params.inner_lr"), [0.03, 0.1, 0.3])
-    trial.suggest_categorical(param_name(algorithm, "algorithm_params.inner_steps"), [1, 3, 5])
+    if steps:
+        trial.suggest_categorical(param_name(algorithm, "algorithm_params.inner_steps"), [1, 3, 5])
 
 
 def _graph(trial: Any, algorithm: str) -> None:
@@ -64,7 +67,7 @@ def fedmaml_space(trial: Any, algorithm: str = "fedmaml") -> None:
 @SPACES.register("fedalt")
 def fedalt_space(trial: Any, algorithm: str = "fedalt") -> None:
     """FedAlt: the local step size and steps, clients a round."""
-    _inner(trial, algorithm)
+    _inner(trial, algorithm, steps=False)
     trial.suggest_categorical(param_name(algorithm, "algorithm_params.local_steps"), [1, 5, 10])
     trial.suggest_categorical(param_name(algorithm, "algorithm_params.clients_per_round"), [1, 4])
 
@@ -72,7 +75,7 @@ def fedalt_space(trial: Any, algorithm: str = "fedalt") -> None:
 @SPACES.register("l2c")
 def l2c_space(trial: Any, algorithm: str = "l2c") -> None:
     """L2C: the local step size and steps, the mixing step, the neighbours kept, the graph."""
-    _inner(trial, algorithm)
+    _inner(trial, algorithm, steps=False)
     _graph(trial, algorithm)
     trial.suggest_categorical(param_name(algorithm, "algorithm_params.local_steps"), [1, 5])
     trial.suggest_categorical(param_name(algorithm, "algorithm_params.mix_lr"), [0.03, 0.1, 0.3])

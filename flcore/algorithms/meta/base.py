@@ -5,9 +5,12 @@ evaluation every one of them is scored by (LoDMeta, Yang & Kwok, Sec. 5 and Algo
 algorithm here, on evaluation rounds, by the engine's server-side hook
 (:meth:`MetaAlgorithm.evaluate_server`): each client starts from the parameters the algorithm
 gives it (:meth:`MetaAlgorithm.client_start`: the meta-model for LoDMeta and MAML; a personal
-model for L2C and FedAlt), takes ``inner_steps`` full-batch SGD steps at ``inner_lr`` on its
-support set, and is scored on its held-out test records (flcore.data.fewshot). A walk visits one
-client a round, so the clients' own rounds report no accuracy; this evaluates all of them.
+model for L2C and FedAlt), takes ``eval_steps`` full-batch SGD steps (K = 5, the issue's
+definition; kept apart from ``inner_steps``, which a sweep may search, so that every trial is
+scored alike) at ``inner_lr`` on its support set, and is scored on its held-out test records
+(flcore.data.fewshot). A walk visits one client a round, so the clients' own rounds report no
+accuracy; this evaluates all of them. An algorithm with no model for a new client (L2C, whose
+models are all personal) reports no ``unseen_accuracy`` (:attr:`MetaAlgorithm.serves_unseen`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ class MetaParams(AlgorithmParams):
     first_order: bool = Field(
         False, description="first-order MAML (no differentiation through the inner steps)"
     )
+    eval_steps: int = Field(
+        5, ge=1, description="K of the evaluation: SGD steps on the support set (issue: 5)"
+    )
 
 
 class MetaAlgorithm(Algorithm):
@@ -52,6 +58,9 @@ class MetaAlgorithm(Algorithm):
     #: per-client scalars averaged into each round's metrics (the engine's ``client_metrics``)
     client_metrics = ("meta_grad_norm",)
     client_evaluation = False  # evaluate_server adapts every client
+    #: whether the algorithm has a model for an unseen client (L2C has none: LoDMeta Sec. 5
+    #: "can only produce models for the training clients"); without, no unseen_accuracy
+    serves_unseen = True
     #: The random walk's family has a surface (flcore.attacks.surface.MetaStepSurface); the
     #: server-based ones (FedMAML, FedAlt) and the gossip L2C do not yet.
     attackable = False
@@ -107,7 +116,7 @@ class MetaAlgorithm(Algorithm):
         client, each adapted on its support set (module docstring)."""
         p = self.params
         model, info = self.net(), data.info
-        steps, lr = p.inner_steps, p.inner_lr  # type: ignore[attr-defined]
+        steps, lr = p.eval_steps, p.inner_lr  # type: ignore[attr-defined]
         accs = []
         with torch.random.fork_rng(devices=[]):  # evaluation draws nothing, changes nothing
             for cid in range(data.num_clients):
@@ -116,18 +125,18 @@ class MetaAlgorithm(Algorithm):
                 test = tensors(data.client_test(cid), info, device)
                 accs.append(adapted_accuracy(model, start, support, test, steps=steps, lr=lr))
             unseen = []
-            for j in range(getattr(data, "num_unseen", 0)):
+            count = getattr(data, "num_unseen", 0) if self.serves_unseen else 0
+            start = self.unseen_start() if count else {}
+            for j in range(count):
                 support = tensors(data.unseen_train(j), info, device)
                 test = tensors(data.unseen_test_set(j), info, device)
-                unseen.append(
-                    adapted_accuracy(model, self.unseen_start(), support, test, steps=steps, lr=lr)
-                )
+                unseen.append(adapted_accuracy(model, start, support, test, steps=steps, lr=lr))
         out: dict[str, float | None] = {
             "accuracy": float(np.mean(accs)) if accs else None,
             "unseen_accuracy": float(np.mean(unseen)) if unseen else None,
         }
-        if self.graph is not None:  # Theorem 4.3's rate depends on it
-            out["graph_sigma2"] = self.graph.sigma2
+        if self.graph is not None and self.topology == "walk":  # Theorem 4.3's rate uses it
+            out["graph_sigma2"] = self.graph.sigma2  # (a gossip's mixing is not this walk's)
         return out
 
 

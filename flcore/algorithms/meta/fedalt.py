@@ -13,6 +13,8 @@ Choices, stated (the paper's experiments are not few-shot):
 - v_i starts from the seeded initial head; an unseen client starts from the shared u and that
   same initial head and adapts like every client (flcore.algorithms.meta.base).
 - Sampling and communication as FedMAML's (n clients a round, 2n units, Table 1).
+- ``lr`` (the walks' and MAML's meta step eta) and ``inner_steps`` have no role here (the local
+  steps are ``local_steps`` at ``inner_lr``); ``first_order: true`` is refused.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, field_validator
 from torch.func import functional_call
 
 from flcore.algorithms.base import ALGORITHMS, ClientData, ClientResult, ClientTask
@@ -35,6 +37,13 @@ __all__ = ["FedAlt", "FedAltParams"]
 class FedAltParams(MetaParams):
     clients_per_round: int = Field(4, ge=1, description="clients a round (as MAML's 4)")
     local_steps: int = Field(5, ge=1, description="SGD steps on v_i, then on u, a round")
+
+    @field_validator("first_order")
+    @classmethod
+    def _no_first_order(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("fedalt has no MAML inner loop: first_order does not apply")
+        return value
 
 
 def sgd_steps(

@@ -7,12 +7,16 @@ of tasks; n = 1 is the paper's "MAML (1 client)"), sends them w, and each return
 meta-gradient at w (flcore.algorithms.meta.maml: K inner SGD steps on its support set, the query
 loss). The server averages them and takes the Adam-style step the walk algorithms take
 (``m = theta m + (1 - theta) g``, ``v = beta v + (1 - beta) g^2``,
-``w <- w - eta m / sqrt(v + lambda)``, LoDMeta Appendix C's hyperparameters), so one round of
-FedMAML with n = 1 is one LoDMeta step with a server in the middle.
+``w <- w - eta m / sqrt(v + lambda)``, LoDMeta Appendix C's hyperparameters). The server holds
+one (m, v) that every round updates, so FedMAML with n = 1 is LoDMeta-basic (Algorithm 1, whose
+m and v travel with w) with clients drawn uniformly instead of walked to, not LoDMeta (whose m
+and v are each client's own).
 
 Choices, stated: a client runs one local meta-step and uploads its meta-gradient (Per-FedAvg
-with tau = 1 local step; its averaging of models after tau steps is then the server's step on the
-mean gradient); the server's draw is uniform without replacement and ignores
+with tau = 1 local step); the server's Adam-style step is a deviation from Per-FedAvg, whose
+server averages the clients' models (with tau = 1 and an SGD outer step the two coincide),
+taken so that the comparison with the walks differs in the topology only (LoDMeta Appendix C:
+the baselines "follow MAML"); the server's draw is uniform without replacement and ignores
 ``client_fraction`` and ``full_last_round`` (the algorithm's ``clients_per_round`` says how many);
 communication is 2n units a round (Table 1: each client downloads and uploads the model).
 """

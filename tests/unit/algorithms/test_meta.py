@@ -379,3 +379,93 @@ def test_server_algorithms_refuse_a_graph_and_plain_ones_refuse_fewshot(data_roo
     raw = _raw(data_root, "fedavg", graph=None, algorithm_params={})
     with pytest.raises(ConfigError, match="fewshot"):
         validate_config(raw)
+
+
+# ----------------------------------------------------------------------------- L2C and scoring
+
+
+def _l2c(data_root: Path, **params: object) -> dict:  # type: ignore[type-arg]
+    p = {"inner_lr": 0.1, "local_steps": 1, "prune_after": 2, "top_k": 1} | params
+    return _raw(data_root, "l2c", rounds=4, eval_every=4, algorithm_params=p)
+
+
+def test_l2c_receives_only_the_neighbours_it_keeps_after_t0(data_root: Path) -> None:
+    rec = _Rec()
+    engine = build_engine(validate_config(_l2c(data_root)), callbacks=[rec])
+    engine.run()
+    alg = engine.algorithm
+    model_bytes = sum(4 * v.numel() for v in alg.net().parameters())
+    down = [r["round_bytes_down"] for r in rec.rounds]
+    up = [r["round_bytes_up"] for r in rec.rounds]
+    clients = engine.data.num_clients
+    # round 1 receives nothing; round 2 (T_0) every neighbour's model, then decides; from
+    # round 3 each client receives the model of the one neighbour it keeps
+    assert down == [0.0, 3 * clients * model_bytes, clients * model_bytes, clients * model_bytes]
+    # each client uploads its model, and at T_0 its kept neighbour's id (one int64) once
+    assert up == [clients * model_bytes, clients * (model_bytes + 8), *[clients * model_bytes] * 2]
+    for cid in range(clients):
+        keep = engine.client_states[cid]["keep"]
+        assert alg.keep[cid] == keep[1:] and len(keep) == 2 and keep[0] == cid
+        assert set(alg.senders(cid)) == set(keep[1:])
+        assert set(alg.graph.neighbours[cid]) >= set(keep[1:])
+    # L2C makes no model for a client that never trained: no unseen accuracy
+    assert rec.rounds[-1]["unseen_accuracy"] is None and rec.rounds[-1]["accuracy"] > 0
+    assert "graph_sigma2" not in rec.rounds[-1]  # the walk's sigma2 is no gossip's
+
+
+def test_l2c_scores_each_clients_mix_of_the_latest_models(data_root: Path) -> None:
+    engine = build_engine(validate_config(_l2c(data_root, prune_after=100)))
+    engine.run()
+    alg = engine.algorithm
+    cid = 0
+    state = engine.client_states[cid]
+    order = [cid, *alg.graph.neighbours[cid]]
+    weights = torch.softmax(state["beta"], 0)
+    assert not torch.allclose(weights, torch.full_like(weights, 0.25))  # learnt, not uniform
+    start = alg.client_start(cid, state)
+    for k, v in start.items():
+        expected = sum(w * alg.models[j][k] for w, j in zip(weights, order, strict=True))
+        torch.testing.assert_close(v, expected)
+
+
+def test_the_evaluation_adapts_eval_steps_whatever_inner_steps(
+    data_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import flcore.algorithms.meta.base as meta_base
+
+    seen: list[int] = []
+
+    def spy(*args: object, steps: int, lr: float) -> float:
+        seen.append(steps)
+        return 0.5
+
+    monkeypatch.setattr(meta_base, "adapted_accuracy", spy)
+    raw = _raw(data_root, "lodmeta", rounds=1, eval_every=1)
+    raw["algorithm_params"] = {"inner_steps": 1, "inner_lr": 0.1}
+    build_engine(validate_config(raw)).run()
+    assert set(seen) == {5} and len(seen) == 6 + 2  # every training and unseen client
+    seen.clear()
+    raw["algorithm_params"] |= {"eval_steps": 3}
+    build_engine(validate_config(raw)).run()
+    assert set(seen) == {3}
+
+
+@pytest.mark.parametrize(
+    "algorithm, change, key",
+    [
+        ("l2c", {"algorithm_params": {"first_order": True}}, "first_order"),
+        ("fedalt", {"algorithm_params": {"first_order": True}}, "first_order"),
+        ("lodmeta", {"graph": {"name": "watts_strogatz", "k": 3, "p": 0.1}}, "graph"),
+    ],
+)
+def test_options_that_would_do_nothing_are_refused(
+    data_root: Path,
+    algorithm: str,
+    change: dict,
+    key: str,  # type: ignore[type-arg]
+) -> None:
+    raw = _raw(data_root, algorithm) | change
+    if algorithm == "fedalt":
+        raw.pop("graph")
+    with pytest.raises(ConfigError, match=key):
+        validate_config(raw)
