@@ -24,8 +24,8 @@ clients that hold it (``n_i``-weighted); an entry no client of the round holds k
 
 Choices where the paper is silent, stated:
 - Initialisation: the global head is the seeded full-width model's head; client i's
-  representation is the seeded width-p_i model's ``features`` (the same seed words as every
-  algorithm's initial model, so clients of one width start alike).
+  representation is the seeded width-p_i model's ``features`` (the seed words of the FedAvg
+  family's initial model, so clients of one width start alike).
 - Local training: the configured optimizer over representation and head together, E epochs,
   a fresh optimizer each round with the per-round lr decay (Pa3dFL Table 7, FMNIST: lr 0.1).
 - ``accuracy`` is the client's model (its representation + the head it trained) after local

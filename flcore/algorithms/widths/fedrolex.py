@@ -11,8 +11,13 @@ Implemented (Sec. 3, Eq. 4 and the aggregation that follows it):
   the wider ones', and over K rounds every channel is trained as often as every other.
 - Aggregation: each entry of the global model is the plain mean over the round's clients whose
   window holds it; an entry no client held keeps its value.
-- Local training is plain cross-entropy SGD on the received submodel (no Scaler, no masking:
-  the paper adds neither).
+- Local training is plain cross-entropy SGD on the received submodel, without the Scaler,
+  static BN and label mask that the authors' code inherits from HeteroFL and turns on by
+  default (a deviation from their code, not from their paper, which describes none of them):
+  the data here are IID, so the mask would mask nothing, and on this BN-free CNN HeteroFL's
+  Scaler diverges (BENCHMARKS.md, session 28).
+- A narrow client is trained and scored (``accuracy_before``) on the round's window, not on
+  the nested first-p slice: its received submodel changes with the round.
 
 Choices where the paper is silent, and deviations:
 

@@ -31,6 +31,11 @@ Choices and deviations, stated plainly:
   Here the budget is strict, selected parameters <= r_i x the model's (per group): the
   protected first blocks are taken greedily too, in descending value, while they fit. A very
   small r_i can therefore leave a large layer with no active block (its output is its bias).
+  On Pa3dFL's FMNIST CNN (B = 5) one block of conv2 is 19.7% of the conv group's parameters
+  and one block of fc1 19.2% of the linear group's, so a client with r_i below about 0.197
+  keeps no block of one of them and predicts one class whatever its input: under Hetero's
+  r ~ U[0.01, 1] about a fifth of the clients score chance, and ``accuracy_worst_width``
+  reads about 10%. (Pa3dFL's Hetero cell, 76.58, is close to what that would give.)
 - Values are the raw gate scores (the reference rounds score x 10 to integers for its exact
   0/1 solver and ranks the rounded values); ties go to the lower block index.
 - Gating learning rate: Pa3dFL tunes it "from the grid {0.005, 0.01, 0.05, 0.1} of the model
