@@ -55,6 +55,8 @@ CURVE_KEYS = (
     "global_accuracy",
     "unseen_accuracy",
     "comm_units",
+    "bytes_up",
+    "bytes_down",
     "epsilon",
 )
 

@@ -87,12 +87,22 @@ def _overrides(method: str, setting: str, seed: int, args: argparse.Namespace) -
     return over
 
 
-def _curve(run: dict[str, Any]) -> list[tuple[float, float, float | None]]:
-    """(comm_units, accuracy, unseen_accuracy) of each evaluated round of a run's log (its
-    folder's, or its record's)."""
+Point = tuple[float, float, float | None, float | None]
+
+
+def _curve(run: dict[str, Any]) -> list[Point]:
+    """(comm_units, accuracy, unseen_accuracy, bytes up + down so far, None if not logged) of
+    each evaluated round of a run's log (its folder's, or its record's)."""
     rows = read_curve(run)
     return [
-        (r["comm_units"], r["accuracy"], r.get("unseen_accuracy"))
+        (
+            r["comm_units"],
+            r["accuracy"],
+            r.get("unseen_accuracy"),
+            r["bytes_up"] + r["bytes_down"]
+            if r.get("bytes_up") is not None and r.get("bytes_down") is not None
+            else None,
+        )
         for r in rows
         if r.get("accuracy") is not None and r.get("comm_units") is not None
     ]
@@ -213,10 +223,10 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def cost_to_reach(curve: list[tuple[float, float, float | None]], target: float) -> float | None:
-    """The communication (units) at which a run's training-client accuracy first reaches
-    ``target`` (a fraction), or None if it never does."""
-    return next((units for units, acc, _ in curve if acc >= target), None)
+def cost_to_reach(curve: list[Point], target: float, column: int = 0) -> float | None:
+    """The communication at which a run's training-client accuracy first reaches ``target`` (a
+    fraction), in Table 1's units (``column`` 0) or in bytes (3); None if it never does."""
+    return next((point[column] for point in curve if point[1] >= target), None)
 
 
 def claims(runs: list[dict[str, Any]]) -> list[str]:
@@ -234,22 +244,26 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
         compare(v("lodmeta", "accuracy"), v("lodmeta_basic", "accuracy"), "~"),
         compare(v("lodmeta_basic", "accuracy"), v("lodmeta_sgd", "accuracy"), ">"),
     ]
-    # 2: per unit of communication, to reach 95% of LoDMeta's own final accuracy (per seed)
+    # 2: per unit of communication, to reach 95% of LoDMeta's own final accuracy (per seed), in
+    # Table 1's units (the verdict: the paper's claim) and in bytes (L2C's 3 units count one
+    # client's exchange, while each of its rounds has every client gossip)
     two: list[tuple[str, str]] = []
     mine = [r for r in runs if r["setting"] == s and not r["label"]]
     for other in ("lodmeta_basic", "l2c"):
-        ratios = []
+        ratios, in_bytes = [], []
         for seed in sorted({r["seed"] for r in mine}):
             lod = next((r for r in mine if r["method"] == "lodmeta" and r["seed"] == seed), None)
             oth = next((r for r in mine if r["method"] == other and r["seed"] == seed), None)
             if lod is None or oth is None or not lod["curve"]:
                 continue
             target = 0.95 * lod["curve"][-1][1]
-            a, b = cost_to_reach(lod["curve"], target), cost_to_reach(oth["curve"], target)
-            if a is not None and b is not None:
-                ratios.append(a / b)
-            elif a is not None:
-                ratios.append(0.0)  # the other never reached it
+            for column, out in ((0, ratios), (3, in_bytes)):
+                a = cost_to_reach(lod["curve"], target, column)
+                b = cost_to_reach(oth["curve"], target, column)
+                if a is not None and b is not None:
+                    out.append(a / b)
+                elif a is not None and cost_to_reach(oth["curve"], target) is None:
+                    out.append(0.0)  # the other never reached it
         if not ratios:
             two.append(("not measured", f"{other}: -"))
             continue
@@ -257,8 +271,14 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
         verdict = (
             "inconclusive" if len(ratios) < 3 else ("supported" if mean <= 0.5 else "NOT supported")
         )
+        also = (
+            f", in bytes {statistics.fmean(in_bytes):.3f}" if len(in_bytes) == len(ratios) else ""
+        )
         two.append(
-            (verdict, f"{other}: LoDMeta's cost / {other}'s = {mean:.2f} ({len(ratios)} seeds)")
+            (
+                verdict,
+                f"{other}: LoDMeta's cost / {other}'s = {mean:.2f} ({len(ratios)} seeds{also})",
+            )
         )
     three = [compare(v("lodmeta", "accuracy"), v("lodmeta", "unseen_accuracy"), ">")]
     # 4: the grid's trend (one seed: a monotone count, not a test)

@@ -22,11 +22,15 @@ def _mod() -> dict:  # type: ignore[type-arg]
     return runpy.run_path(str(SCRIPT), run_name="reproduce")
 
 
-def _write_run(out: Path, name: str, curve: list[tuple[float, float, float]]) -> None:
+def _write_run(
+    out: Path, name: str, curve: list[tuple[float, float, float]], model_bytes: float = 100.0
+) -> None:
     folder = out / name
     folder.mkdir(parents=True)
+    # bytes up and down: each unit of communication moves one model (half of it each way)
     rows = [
         {"round": i + 1, "comm_units": u, "accuracy": a, "unseen_accuracy": b}
+        | {"bytes_up": u * model_bytes / 2, "bytes_down": u * model_bytes / 2}
         for i, (u, a, b) in enumerate(curve)
     ]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -38,8 +42,9 @@ def _write_run(out: Path, name: str, curve: list[tuple[float, float, float]]) ->
 
 def test_cost_to_reach_and_the_communication_claim(tmp_path: Path) -> None:
     mod = _mod()
-    assert mod["cost_to_reach"]([(1, 0.5, None), (2, 0.8, None), (3, 0.9, None)], 0.8) == 2
-    assert mod["cost_to_reach"]([(1, 0.5, None)], 0.8) is None
+    curve = [(1, 0.5, None, 10.0), (2, 0.8, None, 20.0), (3, 0.9, None, 30.0)]
+    assert mod["cost_to_reach"](curve, 0.8) == 2 and mod["cost_to_reach"](curve, 0.8, 3) == 20.0
+    assert mod["cost_to_reach"](curve[:1], 0.8) is None
     # three seeds where LoDMeta reaches 95% of its final accuracy at 1/3 of basic's units
     for seed in range(3):
         _write_run(tmp_path, f"regular-5shot-lodmeta-s{seed}", [(10, 0.8, 0.7), (20, 0.9, 0.8)])
@@ -53,9 +58,17 @@ def test_cost_to_reach_and_the_communication_claim(tmp_path: Path) -> None:
     claims = mod["claims"](runs)
     assert (
         claims[1].startswith("2.")
-        and "lodmeta_basic: LoDMeta's cost / lodmeta_basic's = 0.33" in claims[1]
+        and "lodmeta_basic: LoDMeta's cost / lodmeta_basic's = 0.33 (3 seeds, in bytes 0.333)"
+        in claims[1]
     )
     assert "not measured" in claims[1]  # L2C has no run
+    # an L2C whose Table 1 units understate its bytes 100-fold (every client gossips a round)
+    for seed in range(3):
+        _write_run(
+            tmp_path, f"regular-5shot-l2c-s{seed}", [(30, 0.8, 0.7), (60, 0.9, 0.8)], 10_000.0
+        )
+    claims = mod["claims"](mod["read_runs"](tmp_path))
+    assert "l2c: LoDMeta's cost / l2c's = 0.33 (3 seeds, in bytes 0.003)" in claims[1]
     assert claims[2].split(":")[1].strip().startswith("supported")  # 90 > 80 on 3 seeds
 
 
