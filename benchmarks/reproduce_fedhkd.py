@@ -75,6 +75,8 @@ SETTINGS: dict[str, tuple[int, float]] = {
     "n20-b0.5": (20, 0.5),
     "n50-b0.5": (50, 0.5),
 }
+#: the paper's rounds (Appendix A.1): only runs that did them count in the claims
+ROUNDS = 50
 _RUN = re.compile(r"^(?P<setting>n\d+-b[\d.]+)-(?P<name>.+)-s(?P<seed>\d+)$")
 
 
@@ -142,9 +144,10 @@ def read_runs(out: Path, records: Path | None = None) -> list[dict[str, Any]]:
 
 
 def _group(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, list[float]]]:
-    """(setting, method, label) -> metric -> per-seed values (accuracies in %)."""
+    """(setting, method, label) -> metric -> per-seed values (accuracies in %), in seed order;
+    ``rounds`` the rounds each run has done."""
     out: dict[tuple[str, str, str], dict[str, list[float]]] = {}
-    for r in runs:
+    for r in sorted(runs, key=lambda r: r["seed"]):
         cell = out.setdefault((r["setting"], r["method"], r["label"]), {})
         s = r["summary"]
         for key in ("accuracy", "global_accuracy"):
@@ -183,8 +186,10 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
 def claims(runs: list[dict[str, Any]]) -> list[str]:
     """The paper's five claims on the runs without a label (and the sigma0 variant for claim
     5), each ``supported``, ``NOT supported``, ``inconclusive`` or ``not measured``
-    (:func:`compare`), with the differences of the seed means behind it."""
-    g = _group(runs)
+    (:func:`compare`), with the differences of the seed means behind it. Only runs that did
+    the paper's :data:`ROUNDS` rounds count (a run paused part-way has a summary too)."""
+    ended = [r for r in runs if int(r["summary"].get("rounds", 0)) >= ROUNDS]
+    g = _group(ended)
 
     def v(setting: str, method: str, key: str, label: str = "") -> list[float]:
         return g.get((setting, method, label), {}).get(key, [])
@@ -208,10 +213,17 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
     ]
 
     def gain(x: str) -> list[float]:
-        """Per seed, FedHKD's global accuracy minus FedAvg's (folders sort by seed; a setting
-        whose two methods ran different seeds gives none)."""
-        h, f = v(x, "fedhkd", "global_accuracy"), v(x, "fedavg", "global_accuracy")
-        return [a - b for a, b in zip(h, f, strict=True)] if len(h) == len(f) else []
+        """Per seed both methods ran, FedHKD's global accuracy minus FedAvg's."""
+        h, f = (
+            {
+                r["seed"]: 100.0 * float(r["summary"]["global_accuracy"])
+                for r in ended
+                if (r["setting"], r["method"], r["label"]) == (x, m, "")
+                and r["summary"].get("global_accuracy") is not None
+            }
+            for m in ("fedhkd", "fedavg")
+        )
+        return [h[seed] - f[seed] for seed in sorted(h.keys() & f.keys())]
 
     gains = {x: gain(x) for x in ("n10-b0.2", "n10-b0.5", "n10-b5")}
     four = [

@@ -1,6 +1,6 @@
 """FedHKD and FedHKD*: the privacy knob (the knowledge noise sigma) and the distillation weights.
 
-FedHKD's paper (Chen & Vikalo, ICLR 2023, Appendix A.2) fixes lambda = gamma = 0.05, T = 0.5,
+FedHKD's paper (Chen & Vikalo, ICLR 2023, Appendix A.1) fixes lambda = gamma = 0.05, T = 0.5,
 nu = 0.25, sigma = 7 and Adam at lr 1e-3; these grids put those values in the middle:
 
 | key | values | why |

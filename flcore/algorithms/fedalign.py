@@ -19,7 +19,7 @@ Per mini-batch, following the paper (Sec. 4) and the authors' code (github.com/m
        loss = L_CE + mu * (L_CE / L_reg) * L_reg        (the two ratios' values held constant),
 
    the code's balancing: the regulariser's value is rescaled to mu x L_CE, so mu sets the ratio
-   of the two terms (``mu = 0.45``, ``width = 0.25``: FedHKD's settings, App. A.2, and the
+   of the two terms (``mu = 0.45``, ``width = 0.25``: FedHKD's settings, App. A.1, and the
    authors' defaults). Gradients are clipped to norm ``max_grad_norm`` (10 in the code).
 
 Only the sub-block's weights (the first p*C_out filters over the first p*C_in input channels,
@@ -98,13 +98,13 @@ _EPS = 1e-12
 
 class FedAlignParams(AlgorithmParams):
     mu: float = Field(
-        0.45, ge=0, description="balancing weight mu of the regulariser (FedHKD App. A.2: 0.45)"
+        0.45, ge=0, description="balancing weight mu of the regulariser (FedHKD App. A.1: 0.45)"
     )
     width: float = Field(
         0.25,
         gt=0,
         lt=1,
-        description="fractional width p of the sub-network (FedHKD App. A.2: 0.25)",
+        description="fractional width p of the sub-network (FedHKD App. A.1: 0.25)",
     )
     power_iterations: int = Field(
         10, ge=1, description="power-iteration steps of the Lipschitz estimate (code: 10)"

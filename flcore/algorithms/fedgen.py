@@ -26,7 +26,7 @@ with y' a batch of B_g = ``gen_batch_size`` labels drawn uniformly from the labe
 was trained on (broadcast beside it), eps, eps' fresh N(0, I) noise, G frozen and in eval mode;
 the KL's target is detached (the authors' ``user_latent_loss``), averaged over the batch.
 ``alpha_t = max(1e-4, alpha x decay^(t-1))`` and the same for beta (alpha = beta = 10,
-decay 0.98: FedHKD Appendix A.2; the floor is the authors' code's).
+decay 0.98: FedHKD Appendix A.1; the floor is the authors' code's).
 
 Choices where the papers are silent, and deviations, stated:
 

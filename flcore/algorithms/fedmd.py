@@ -7,7 +7,7 @@ parties hold and uploads them ("communicate"); the server averages them into the
     c(x) = (1/m) sum_k f_k(x),        x in D_0, over the m clients of the round,
 
 and sends it back; each client then trains towards the consensus on ``D_0`` ("digest") and on
-its own records ("revisit"). As FedHKD (Chen & Vikalo, ICLR 2023, Appendix A.2) runs it as a
+its own records ("revisit"). As FedHKD (Chen & Vikalo, ICLR 2023, Appendix A.1) runs it as a
 baseline, with ``lambda_md = 0.05`` weighting the distillation term and a public set the size
 of one local train set, digest and revisit are one objective: each private mini-batch
 ``(x, y)`` is paired with the next public mini-batch ``x_p`` of the same size and the client
@@ -77,7 +77,7 @@ class FedMDParams(AlgorithmParams):
         0.05,
         ge=0,
         description="lambda_md: weight of the distillation term on the public set "
-        "(FedHKD Appendix A.2: 0.05)",
+        "(FedHKD Appendix A.1: 0.05)",
     )
 
 

@@ -1,7 +1,7 @@
 """FedProto: Tan, Long, Liu, Zhou, Lu, Jiang & Zhang, "FedProto: Federated Prototype Learning
 across Heterogeneous Clients", AAAI 2022; run as FedHKD's baseline (Chen & Vikalo, "The Best of
 Both Worlds: Accurate Global and Personalized Models through Federated Learning with Data-Free
-Hyper-Knowledge Distillation", ICLR 2023, Sec. 5 and Appendix A.2).
+Hyper-Knowledge Distillation", ICLR 2023, Sec. 4.1 and Appendix A.1).
 
 A client's prototype of class j is the mean representation of its class-j training records,
 
@@ -13,7 +13,7 @@ and the server's global prototype is the count-weighted mean over the clients th
 
 From round 2 on, client i trains on
 
-    L = CE(G(R(x)), y) + lambda * MSE(R(x), C^y)                  (lambda = 0.05, FedHKD A.2)
+    L = CE(G(R(x)), y) + lambda * MSE(R(x), C^y)                  (lambda = 0.05, FedHKD A.1)
 
 and round 1, which has no global prototype, on CE alone.
 
@@ -94,7 +94,7 @@ class FedProtoParams(AlgorithmParams):
     lam: float = Field(
         0.05,
         ge=0,
-        description="lambda of the prototype term lambda * MSE(R(x), C^y) (FedHKD A.2: 0.05)",
+        description="lambda of the prototype term lambda * MSE(R(x), C^y) (FedHKD A.1: 0.05)",
     )
     aggregation: Literal["count", "mean"] = Field(
         "count",

@@ -16,7 +16,7 @@ How, and the choices where the paper is silent, stated:
   loss term would give them; doing it at the step (not in the loss) lets it compose with DP-SGD,
   whose backward computes per-sample cross-entropy gradients only. With a gradient-norm clip the
   clip would act before the term is added (FedAvg's local training clips nothing).
-- ``mu = 0.5`` by default: FedHKD's setting (Chen & Vikalo, ICLR 2023, App. A.2, mu_prox).
+- ``mu = 0.5`` by default: FedHKD's setting (Chen & Vikalo, ICLR 2023, App. A.1, mu_prox).
 - w^t is the broadcast the client starts the round from; the term covers the parameters that
   train (with ``trainable: head``, the head only), not buffers.
 - Every client runs all E epochs: FedProx's tolerance of partial work (gamma-inexact solutions,
@@ -55,7 +55,7 @@ class FedProxParams(FedAvgParams):
     mu: float = Field(
         0.5,
         ge=0,
-        description="mu of the proximal term (mu/2)||w - w^t||^2 (FedHKD App. A.2: 0.5)",
+        description="mu of the proximal term (mu/2)||w - w^t||^2 (FedHKD App. A.1: 0.5)",
     )
 
 

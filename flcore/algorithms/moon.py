@@ -15,7 +15,7 @@ Choices where the paper is silent, and deviations, stated:
   output. With FedHKD's networks (``fedhkd_*``) that is the projected latent, as in MOON's and
   FedHKD's code; with ``cnn_fmnist`` it is the 128-unit hidden layer the head reads. The
   classifier reads the same z (MOON's networks put the projection head before the classifier).
-- ``mu = 1``, ``tau = 0.5``: FedHKD's settings (App. A.2). One previous model (MOON's
+- ``mu = 1``, ``tau = 0.5``: FedHKD's settings (App. A.1). One previous model (MOON's
   default buffer of 1).
 - The previous model is the client's local model after its last participation: private client
   state, kept by the engine (so it survives checkpoints) and never uploaded. A client with no
@@ -62,12 +62,12 @@ class MoonParams(AlgorithmParams):
     mu: float = Field(
         1.0,
         ge=0,
-        description="weight mu of the model-contrastive term (FedHKD App. A.2: 1)",
+        description="weight mu of the model-contrastive term (FedHKD App. A.1: 1)",
     )
     tau: float = Field(
         0.5,
         gt=0,
-        description="temperature tau of the model-contrastive term (FedHKD App. A.2: 0.5)",
+        description="temperature tau of the model-contrastive term (FedHKD App. A.1: 0.5)",
     )
 
 

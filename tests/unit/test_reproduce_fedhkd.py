@@ -103,3 +103,25 @@ def test_the_table_reports_each_rows_weakest_epsilon() -> None:
     cells = {parts[2].strip(): parts[7].strip() for parts in split}
     assert cells == {"fedhkd_dp": "8.01", "fedhkd": "inf"}  # the larger of the two seeds
     assert table([run("fedavg", 0, None)]).splitlines()[2].rstrip("|").endswith("| - ")
+
+
+def test_claims_count_only_ended_runs_and_pair_the_gain_by_seed() -> None:
+    import runpy
+
+    claims = runpy.run_path(str(SCRIPT), run_name="reproduce")["claims"]
+
+    def run(setting: str, method: str, seed: int, glob: float, rounds: int = 50) -> dict:
+        summary = {"rounds": rounds, "accuracy": 0.8, "global_accuracy": glob}
+        return {"setting": setting, "method": method, "label": "", "seed": seed,
+                "summary": summary}  # fmt: skip
+
+    # FedHKD's gain over FedAvg at beta 0.2: +2 on seeds 0-2; a run paused at round 20 does
+    # not count, and FedAvg's seed 3 has no FedHKD partner
+    runs = [run("n10-b0.2", "fedhkd", s, 0.82 + 0.001 * s) for s in range(3)]
+    runs += [run("n10-b0.2", "fedavg", s, 0.80 + 0.001 * s) for s in (0, 1, 2, 3)]
+    runs += [run("n10-b0.2", "fedhkd", 3, 0.10, rounds=20)]
+    # at beta 0.5 the gain is -2 on seeds 1-3 (FedAvg's seeds 1-3, listed in another order)
+    runs += [run("n10-b0.5", "fedhkd", s, 0.78 + 0.001 * s) for s in (1, 2, 3)]
+    runs += [run("n10-b0.5", "fedavg", s, 0.80 + 0.001 * s) for s in (3, 1, 2)]
+    four = claims(runs)[3]
+    assert four.startswith("4.") and "[+4.00 (3/3 seeds); -]" in four  # beta 5 not run
