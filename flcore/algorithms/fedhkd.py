@@ -93,7 +93,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -109,6 +109,12 @@ from flcore.algorithms.base import (
     ClientTask,
 )
 from flcore.algorithms.fedavg import FedAvg
+from flcore.algorithms.knowledge import (
+    RELATION,
+    KnowledgeNoiseParams,
+    knowledge_epsilon,
+    knowledge_mechanism,
+)
 from flcore.data import normalize
 from flcore.errors import ConfigError
 from flcore.privacy.accounting import compute_epsilon
@@ -130,22 +136,14 @@ __all__ = [
 
 TensorDict = dict[str, torch.Tensor]
 KNOWLEDGE = ("knowledge.rep", "knowledge.soft", "knowledge.mask", "knowledge.counts")
-RELATION = "replace-one-same-label"
 
 
-class FedHKDParams(AlgorithmParams):
+class FedHKDParams(KnowledgeNoiseParams):
     lam: float = Field(0.05, ge=0, description="lambda: weight of the soft-prediction term")
     gamma: float = Field(0.05, ge=0, description="gamma: weight of the representation term")
     temperature: float = Field(0.5, gt=0, description="T of the soft target softmax(z / T)")
     nu: float = Field(0.25, ge=0, lt=1, description="a class is shared if its share exceeds nu")
     sigma: float = Field(7.0, ge=0, description="noise std in units of the sensitivity")
-    knowledge_clip: Literal["l2", "coordinate"] = Field(
-        "l2", description="clip each representation to L2 norm zeta, or each coordinate"
-    )
-    zeta: float | None = Field(
-        None, gt=0, description="the clipping bound (default: 3 sqrt(d) for l2, 3 per coordinate)"
-    )
-    delta: float = Field(1e-5, gt=0, lt=1, description="the delta epsilon_knowledge is stated at")
 
 
 class FedHKDStarParams(FedHKDParams):
@@ -357,11 +355,7 @@ class FedHKD(FedAvg):
         """The representation release's mechanism (None: sigma 0, plain means)."""
         p = self.params
         assert isinstance(p, FedHKDParams)
-        if p.sigma == 0:
-            return None
-        default = 3.0 * math.sqrt(dim) if p.knowledge_clip == "l2" else 3.0
-        zeta = p.zeta if p.zeta is not None else default
-        return GaussianMechanism(p.sigma, zeta, p.knowledge_clip)
+        return knowledge_mechanism(p, dim)
 
     def _latent_dim(self) -> int:
         head = self.client_model().head
@@ -423,13 +417,11 @@ class FedHKD(FedAvg):
             assert self.privacy is not None
             sigma = self.dp_side_release(p) or 0.0
             delta, accountant = self.privacy.delta, self.privacy.accountant
+            metrics["epsilon_knowledge"] = (
+                compute_epsilon([(sigma, 1.0, most)], delta, accountant) if most else 0.0
+            )
         else:
-            mech = self.mechanism(self._latent_dim())
-            sigma = mech.accounted_multiplier(self._latent_dim()) if mech is not None else 0.0
-            delta, accountant = p.delta, "rdp"
-        metrics["epsilon_knowledge"] = (
-            compute_epsilon([(sigma, 1.0, most)], delta, accountant) if most else 0.0
-        )
+            metrics["epsilon_knowledge"] = knowledge_epsilon(p, self._latent_dim(), most)
         metrics["knowledge_classes_shared"] = float(getattr(self, "_classes_shared", 0))
         return metrics
 

@@ -44,9 +44,12 @@ Choices where the papers are silent, and deviations, stated:
   code does the same: their target is the record's own representation).
 - A client shares every class it holds (``N_i^j > 0``); FedProto has no sharing threshold.
 - Prototypes are computed after local training, on the client's training records, in
-  evaluation mode (batch-norm statistics frozen), without gradient. Released as they are: no
-  noise (``release`` is the one place a Gaussian release,
-  :class:`~flcore.privacy.gaussian.GaussianMechanism`, would go).
+  evaluation mode (batch-norm statistics frozen), without gradient. Released as they are by
+  default (``sigma: 0``: no noise, as both papers). ``sigma > 0`` releases them through
+  FedHKD's mechanism instead (flcore.algorithms.knowledge: each representation clipped to
+  ``zeta``, noise of std ``sigma 2 zeta / N_i^j`` on each class mean; not in either paper),
+  so that what prototypes leak can be measured at FedHKD's noise; ``epsilon_knowledge`` is
+  then what the prototypes spent (the model weights stay un-noised: ``epsilon`` inf).
 - FedHKD's comparison code clips FedProto's gradients to norm 1.1 in prototype rounds; neither
   paper does, and neither do we.
 - No DP mechanism: DP-SGD would leave the prototypes un-noised, so none is offered.
@@ -68,15 +71,20 @@ from torch import nn
 from flcore.algorithms.aggregate import PrototypeMean
 from flcore.algorithms.base import (
     ALGORITHMS,
-    AlgorithmParams,
     ClientData,
     ClientResult,
     ClientTask,
 )
 from flcore.algorithms.fedavg import FedAvg
+from flcore.algorithms.knowledge import (
+    RELATION,
+    KnowledgeNoiseParams,
+    knowledge_epsilon,
+    knowledge_mechanism,
+)
 from flcore.algorithms.training import LossFn
 from flcore.data import ArrayDataset, DatasetInfo, normalize
-from flcore.privacy.gaussian import class_means
+from flcore.privacy.gaussian import GaussianMechanism, class_means
 
 __all__ = [
     "FedProto",
@@ -90,7 +98,7 @@ __all__ = [
 KNOWLEDGE_PREFIX = "knowledge."
 
 
-class FedProtoParams(AlgorithmParams):
+class FedProtoParams(KnowledgeNoiseParams):
     lam: float = Field(
         0.05,
         ge=0,
@@ -128,9 +136,12 @@ def client_prototypes(
     *,
     device: torch.device | None = None,
     batch_size: int = 1000,
+    mechanism: GaussianMechanism | None = None,
+    generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class mean representations ``[K, d]`` (zero rows for absent classes) of ``model``
-    on ``data``, in evaluation mode, and the per-class counts ``[K]``."""
+    on ``data``, in evaluation mode, and the per-class counts ``[K]``; released through
+    ``mechanism`` (clipped, noised, drawing from ``generator``) when given."""
     device = device or torch.device("cpu")
     was_training = model.training
     model.eval()
@@ -140,7 +151,11 @@ def client_prototypes(
     ]
     model.train(was_training)
     h = torch.cat(reps).to("cpu", torch.float64)  # the sums do not depend on batch order
-    means, counts = class_means(h, data.labels, info.num_classes)
+    if mechanism is not None:
+        assert generator is not None, "a noised release needs the client's generator"
+        means, counts = mechanism.release(h, data.labels, info.num_classes, generator)
+    else:
+        means, counts = class_means(h, data.labels, info.num_classes)
     return means.float(), counts
 
 
@@ -156,6 +171,7 @@ class FedProto(FedAvg):
     name = "fedproto"
     privacy_mechanisms = frozenset()
     Params = FedProtoParams
+    reports = FedAvg.reports | {"epsilon_knowledge"}
 
     # ------------------------------------------------------------------ server side
     def init_server(self) -> None:
@@ -163,6 +179,7 @@ class FedProto(FedAvg):
         self.prototypes: torch.Tensor | None = None  # [K, d]; None before any aggregation
         self.prototype_mask: torch.Tensor | None = None  # [K] 0/1
         self._protos: PrototypeMean | None = None
+        self.releases = [0] * self.num_clients  # prototype releases per client
 
     def broadcast(self, round: int, client_id: int) -> dict[str, torch.Tensor]:
         out = super().broadcast(round, client_id)
@@ -182,6 +199,8 @@ class FedProto(FedAvg):
         up = result.upload
         k = KNOWLEDGE_PREFIX
         self._protos.add(up[f"{k}rep"], up[f"{k}mask"], up[f"{k}counts"])
+        if float(up[f"{k}mask"].sum()) > 0:
+            self.releases[result.client_id] += 1
         weights = ClientResult(
             result.client_id, result.num_samples, _weights_only(up), result.state, result.metrics
         )
@@ -195,14 +214,33 @@ class FedProto(FedAvg):
             self.prototypes, self.prototype_mask = agg
         self._protos = None
 
+    def privacy_metrics(self) -> dict[str, float]:
+        """``epsilon`` (inf: the weights carry no noise) and ``epsilon_knowledge``, what the
+        prototype releases of the client that released most spent (inf un-noised; module
+        docstring)."""
+        p = self.params
+        assert isinstance(p, FedProtoParams)
+        most = max(self.releases or [0])
+        dim = int(self.client_model().head.in_features)  # type: ignore[union-attr]
+        return super().privacy_metrics() | {"epsilon_knowledge": knowledge_epsilon(p, dim, most)}
+
+    def privacy_tags(self) -> dict[str, str]:
+        """With noised prototypes, the relation ``epsilon_knowledge`` is stated under."""
+        tags = super().privacy_tags()
+        if self.params.sigma > 0:  # type: ignore[attr-defined]
+            tags["dp_relation"] = RELATION
+        return tags
+
     def state_dict(self) -> dict[str, Any]:
         out = super().state_dict()
+        out["releases"] = list(self.releases)
         out["prototypes"] = None if self.prototypes is None else self.prototypes.clone()
         out["prototype_mask"] = None if self.prototype_mask is None else self.prototype_mask.clone()
         return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
+        self.releases = list(state.get("releases", [0] * self.num_clients))
         protos, mask = state["prototypes"], state["prototype_mask"]
         self.prototypes = None if protos is None else protos.clone()
         self.prototype_mask = None if mask is None else mask.clone()
@@ -212,7 +250,7 @@ class FedProto(FedAvg):
         return _weights_only(task.payload)
 
     def release(self, protos: torch.Tensor, counts: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The knowledge part of the upload: every held class, un-noised (module doc)."""
+        """The knowledge part of the upload: every held class (module doc)."""
         mask = (counts > 0).float()
         k = KNOWLEDGE_PREFIX
         return {
@@ -245,6 +283,9 @@ class FedProto(FedAvg):
         state = model.state_dict()
         sent = state if keys is None else keys
         upload = {key: state[key].detach().to("cpu", copy=True) for key in sent}
-        local, counts = client_prototypes(model, data.train, data.info, device=self.device)
+        mech = knowledge_mechanism(p, int(model.head.in_features))  # type: ignore[union-attr]
+        local, counts = client_prototypes(
+            model, data.train, data.info, device=self.device, mechanism=mech, generator=generator
+        )
         upload |= self.release(local, counts)
         return ClientResult(task.client_id, len(data.train), upload, None, metrics)

@@ -144,3 +144,47 @@ def test_three_rounds_on_fmnist_improve_local_accuracy(data_root: Path) -> None:
     assert engine.algorithm.prototypes is not None  # rounds 2 and 3 trained with the term
     assert rounds[0]["accuracy_before"] < 0.3
     assert rounds[-1]["accuracy"] > rounds[0]["accuracy_before"] + 0.2
+
+
+def test_noised_prototypes_are_fedhkds_release_and_their_epsilon_the_accountants(
+    data_root: Path,
+) -> None:
+    """With ``sigma`` > 0 a class row is its clipped mean plus noise of std sigma 2 zeta /
+    N_j (FedHKD's mechanism, drawn from the client's generator), and
+    ``epsilon_knowledge`` composes the releases with the accountant; at sigma 0 the release
+    is the plain mean and its epsilon inf."""
+    from flcore.privacy.accounting import compute_epsilon
+    from flcore.privacy.gaussian import GaussianMechanism
+
+    params = {"sigma": 7.0, "zeta": 2.0}
+    cfg = make_cfg(data_root, "fedproto", rounds=2, algorithm_params=params)
+    engine = build_engine(cfg)
+    alg, fed = engine.algorithm, engine.data
+    cid = 0
+    alg.begin_round(1, [cid])
+    task = ClientTask(cid, 1, alg.broadcast(1, cid), None, False, 11)
+    train = fed.client_train(cid)
+    data = ClientData(cid, train, fed.client_test(cid), fed.info)
+    up = alg.local_update(data, task, client_generator(11, 1, cid)).upload
+    model = alg.model_spec()
+    model.load_state_dict({k: v for k, v in up.items() if not k.startswith("knowledge.")})
+    model.eval()
+    with torch.no_grad():
+        h = model.represent(normalize(train.images, fed.info)).to(torch.float64)
+    # the clipped class means (the mechanism at sigma 0)
+    clean, counts = GaussianMechanism(0.0, 2.0).release(h, train.labels, 10, torch.Generator())
+    assert not torch.allclose(up["knowledge.rep"], clean.float(), atol=1e-3)  # noised
+    dev = (up["knowledge.rep"] - clean.float()).to(torch.float64)
+    held = counts > 0
+    std = (7.0 * 2 * 2.0 / counts[held].double()).unsqueeze(1)
+    z = dev[held] / std  # standardised noise: mean ~0, std ~1 over held classes x d
+    assert abs(float(z.mean())) < 0.3 and 0.7 < float(z.std()) < 1.3
+    alg.accumulate(ClientResult(cid, len(train), up))
+    alg.end_round(1)
+    eps = alg.privacy_metrics()["epsilon_knowledge"]
+    assert eps == pytest.approx(compute_epsilon([(7.0, 1.0, 1)], 1e-5, "rdp"))
+    assert alg.privacy_tags()["dp_relation"] == "replace-one-same-label"
+    plain = build_engine(make_cfg(data_root, "fedproto", rounds=2)).algorithm
+    plain.releases[0] = 3
+    assert plain.privacy_metrics()["epsilon_knowledge"] == float("inf")
+    assert plain.privacy_tags().get("dp_relation") != "replace-one-same-label"
