@@ -14,14 +14,17 @@ Each layer but the head is decomposed as theta = Reshape(U V) (Eqs. 4-5, flcore.
   ``e_i^(l)`` to that layer's V, pruned to the client's width (Eq. 10);
 - the server sends U and the client's pruned personal tensors; the client trains them all
   (Algorithm 3) and returns them; the server minimises
-  ``L_HN = (1/|S_t|) sum_i 1/2 ||theta_v,i^(t+1) - theta_v,i^(t)||^2`` with the returned
+  ``L_HN = (1/|S_t|) sum_i 1/2 ||theta_v,i^(t+1) - theta_v,i^(t)||^2`` (Eq. 7's 1/2; Algorithm 2
+  line 14 prints the loss without it, which only doubles a plain step) with the returned
   ``theta_v,i^(t+1)`` held constant, by one plain SGD step of ``hn_lr`` on the hypernetwork and on
   every embedding (Eqs. 7-8, Algorithm 2 lines 14-16). As in pFedHN, the gradient is the
   vector-Jacobian product of each client's generated tensors with (generated - returned),
   accumulated as results arrive and divided by the number of clients at the end of the round;
 - client loss (Algorithm 3): ``CE(global_head(x'), y) + CE(local_head(detach(x')), y) +
   lambda sum_conv ||S - diag(S)||^2`` with ``S = U^T U`` (Eq. 32), x' the recovered width-p
-  network's representation. Algorithm 3 line 11 multiplies Eq. 32, which already holds lambda, by
+  network's representation (Sec. 3.3; Algorithm 3 line 9 prints the global head on the detached
+  features, a slip: the global head is frozen, and the local head is the one Sec. 3.3 trains on
+  them). Algorithm 3 line 11 multiplies Eq. 32, which already holds lambda, by
   lambda again; lambda is applied once here. The global head is fixed at its seeded initial value
   and never trained, following the paper's [22], FedBABU (Oh, Kim & Yun, ICLR 2022), whose head is
   randomly initialised and frozen; at width p a head reads the first ``p T`` features;
@@ -38,7 +41,14 @@ Each layer but the head is decomposed as theta = Reshape(U V) (Eqs. 4-5, flcore.
 
 Choices where the paper is silent, and deviations:
 
-- p_min is ``capacity.p_min`` (1/16 without a capacity, where every client has width 1).
+- p_min of Eq. 5 (``R1 = T p_min``): Algorithm 2 line 2 sets it to the narrowest client's
+  width, min_i p_i, and Eq. 5 needs every ``T p_i`` to be a multiple of R1. Our widths are
+  multiples of the width rule's step (``capacity.p_min``, 1/16; issue 24's one width rule), and
+  the narrowest of them need not divide the others (under Hetero, seed 0, min_i p_i = 1/8 beside
+  widths of 3/16), so by default (``rank_p_min: grid``) p_min is that step: R1 is T/16 in every
+  layer, half the paper's T/8 at Hetero's seed 0, and in Ideal, where every client has width 1
+  and the paper's R1 is T (one V block a layer), sixteen blocks. ``rank_p_min: clients`` is the
+  paper's rule, refused where a width is no multiple of the narrowest; the Ideal config uses it.
 - Biases are personal: the layer's decoder generates them with V, pruned with their channels.
 - The hypernetwork: embeddings ``N x embed_dim`` drawn N(0, 1); the encoder is ``encoder_depth``
   linear layers ``embed_dim -> hidden_dim -> ... -> hidden_dim`` with ReLU between them (none after
@@ -162,6 +172,7 @@ from flcore.algorithms.widths.decomposed import (
 )
 from flcore.algorithms.widths.slicing import leading_block, padded
 from flcore.data import ArrayDataset, DatasetInfo
+from flcore.errors import ConfigError
 
 __all__ = ["Pa3dFL", "Pa3dFLParams", "Pa3dFLHyperNetwork", "select_alpha", "interpolate"]
 
@@ -207,6 +218,12 @@ class Pa3dFLParams(AlgorithmParams):
         "channel",
         description="the layers' decomposition: 'channel' (Eq. 4, Pa3dFL's) or 'flanc' (Eq. 3, "
         "FLANC's basis shared by every output channel: Table 3 ablation)",
+    )
+    rank_p_min: Literal["grid", "clients"] = Field(
+        "grid",
+        description="p_min of Eq. 5's R1 = T p_min: 'grid', the width rule's step "
+        "(capacity.p_min, 1/16), or 'clients', the narrowest client's width (Algorithm 2 line "
+        "2), which every client's width must then be a multiple of",
     )
 
 
@@ -543,7 +560,27 @@ class Pa3dFL(Algorithm):
     # ------------------------------------------------------------------ structure
     @property
     def p_min(self) -> float:
-        return self.capacity.p_min if self.capacity is not None else 1 / 16
+        """Eq. 5's p_min (``rank_p_min``; module docstring).
+
+        Raises:
+            ConfigError: ``rank_p_min: clients`` where a client's width is no multiple of the
+                narrowest (``T p_i mod R1`` would not be 0).
+        """
+        if self.params.rank_p_min == "grid":  # type: ignore[attr-defined]
+            return self.capacity.p_min if self.capacity is not None else 1 / 16
+        if self.capacity is None:
+            return 1.0
+        narrowest = self.capacity.min_width
+        for cid in range(self.num_clients):
+            steps = self.capacity.width(cid) / narrowest
+            if abs(steps - round(steps)) > 1e-9:
+                raise ConfigError(
+                    "algorithm_params.rank_p_min",
+                    f"'clients' sets p_min to the narrowest width {narrowest:g}, and client "
+                    f"{cid}'s width {self.capacity.width(cid):g} is no multiple of it: use "
+                    "'grid' (the width rule's step)",
+                )
+        return narrowest
 
     def _plain(self, width: float) -> nn.Module:
         """A fresh plain network at ``width`` (the spec's own model without a capacity)."""
@@ -602,6 +639,7 @@ class Pa3dFL(Algorithm):
     def init_server(self) -> None:
         p = self.params
         assert isinstance(p, Pa3dFLParams)
+        self.p_min  # noqa: B018  (refuses a rank_p_min the widths do not allow, before any work)
         plans = self.plans(1.0)
         model = self._plain(1.0)
         self.hn = seeded(

@@ -470,3 +470,21 @@ def test_the_normalized_head_step_scales_only_the_local_heads_gradient(fmnist) -
     for k in plain:
         want = plain[k] * scale if k.startswith("local_head.") else plain[k]
         torch.testing.assert_close(normalized[k], want, rtol=1e-4, atol=1e-7)
+
+
+def test_rank_p_min_clients_is_the_narrowest_width_and_refuses_widths_it_does_not_divide() -> None:
+    from flcore.errors import ConfigError
+
+    # the width rule's step (1/16) by default, whatever the clients' widths
+    assert _alg((1.0, 1.0)).p_min == 1 / 16
+    # Algorithm 2 line 2: every client at width 1 (Ideal) gives R1 = T, one V block a layer
+    ideal = _alg((1.0, 1.0), rank_p_min="clients")
+    assert ideal.p_min == 1.0
+    assert all(plan.R1 == plan.T for plan in ideal.plans(1.0))
+    # widths 1/2 and 1: p_min 1/2, R1 = T/2
+    half = _alg((0.25, 1.0), rank_p_min="clients")
+    assert half.p_min == 0.5 and all(2 * plan.R1 == plan.T for plan in half.plans(1.0))
+    # widths 1/8 and 3/16: 3/16 is no multiple of 1/8, so Eq. 5 cannot hold
+    with pytest.raises(ConfigError, match="rank_p_min") as err:
+        _alg(((1 / 8) ** 2, (3 / 16) ** 2), rank_p_min="clients")
+    assert err.value.key == "algorithm_params.rank_p_min"
