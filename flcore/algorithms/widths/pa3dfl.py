@@ -35,7 +35,10 @@ Each layer but the head is decomposed as theta = Reshape(U V) (Eqs. 4-5, flcore.
   the one closest to the trained model). The paper prints ``M0 + alpha (M0 - M1)``, which for
   alpha in [0, 1] moves away from the trained model and never reaches it, contradicting its text
   ("fuse the received model ... and the locally trained one"); we read it as a sign slip.
-  ``accuracy`` is the selected model on the client's test records, ``accuracy_before`` is M0's.
+  ``accuracy`` is the selected model on the client's test records, ``accuracy_before`` is M0's;
+  ``val_accuracy`` is the selected model's on the very records that chose alpha, so it reads
+  high (early stopping only compares rounds with it; the test figure is not chosen on its own
+  records).
   Without validation records alpha is 1 (the trained model with its local head). The selection
   only scores (it changes nothing that trains) and runs only on evaluation rounds.
 
