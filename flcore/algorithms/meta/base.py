@@ -21,14 +21,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator
 from torch import nn
 
 from flcore.algorithms.aggregate import WeightedMean
 from flcore.algorithms.base import Algorithm, AlgorithmParams, ClientData, ClientResult, seeded
 from flcore.algorithms.meta.maml import adapted_accuracy, tensors
 
-__all__ = ["MetaAlgorithm", "MetaParams", "Params", "ServerMeta"]
+__all__ = ["LocalStepsParams", "MetaAlgorithm", "MetaParams", "Params", "ServerMeta"]
 
 Params = dict[str, torch.Tensor]
 
@@ -44,6 +44,22 @@ class MetaParams(AlgorithmParams):
     eval_steps: int = Field(
         5, ge=1, description="K of the evaluation: SGD steps on the support set (issue: 5)"
     )
+
+
+class LocalStepsParams(MetaParams):
+    """An algorithm of the family without MAML's inner loop (FedAlt, L2C): plain local steps,
+    so ``first_order`` has nothing to apply to and is refused."""
+
+    local_steps: int = Field(5, ge=1, description="local SGD steps a round")
+
+    @field_validator("first_order")
+    @classmethod
+    def _no_first_order(cls, value: bool) -> bool:
+        if value:
+            raise ValueError(
+                "no MAML inner loop here (local steps only): first_order does not apply"
+            )
+        return value
 
 
 class MetaAlgorithm(Algorithm):

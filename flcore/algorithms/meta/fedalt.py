@@ -24,26 +24,19 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, field_validator
+from pydantic import Field
 from torch.func import functional_call
 
 from flcore.algorithms.base import ALGORITHMS, ClientData, ClientResult, ClientTask
-from flcore.algorithms.meta.base import MetaParams, Params, ServerMeta
+from flcore.algorithms.meta.base import LocalStepsParams, Params, ServerMeta
 from flcore.algorithms.meta.maml import tensors
 
 __all__ = ["FedAlt", "FedAltParams"]
 
 
-class FedAltParams(MetaParams):
+class FedAltParams(LocalStepsParams):
     clients_per_round: int = Field(4, ge=1, description="clients a round (as MAML's 4)")
     local_steps: int = Field(5, ge=1, description="SGD steps on v_i, then on u, a round")
-
-    @field_validator("first_order")
-    @classmethod
-    def _no_first_order(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("fedalt has no MAML inner loop: first_order does not apply")
-        return value
 
 
 def sgd_steps(

@@ -40,31 +40,24 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field, field_validator
+from pydantic import Field
 from torch.func import functional_call
 
 from flcore.algorithms.base import ALGORITHMS, ClientData, ClientResult, ClientTask
-from flcore.algorithms.meta.base import MetaAlgorithm, MetaParams, Params
+from flcore.algorithms.meta.base import LocalStepsParams, MetaAlgorithm, Params
 from flcore.algorithms.meta.fedalt import sgd_steps
 from flcore.algorithms.meta.maml import tensors
 
 __all__ = ["L2C", "L2CParams", "mix"]
 
 
-class L2CParams(MetaParams):
+class L2CParams(LocalStepsParams):
     local_steps: int = Field(5, ge=1, description="SGD steps on the mixed model a round")
     mix_lr: float = Field(0.1, gt=0, description="step size of the mixing logits beta")
     prune_after: int = Field(
         100, ge=1, description="T_0: the round that chooses the top k (used from the next)"
     )
     top_k: int = Field(2, ge=1, description="neighbours kept after T_0")
-
-    @field_validator("first_order")
-    @classmethod
-    def _no_first_order(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("l2c has no MAML inner loop: first_order does not apply")
-        return value
 
 
 def mix(models: list[Params], weights: torch.Tensor) -> Params:

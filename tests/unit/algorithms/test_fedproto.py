@@ -78,13 +78,10 @@ def test_plain_mean_aggregation_by_hand() -> None:
     assert mask.tolist() == [1.0, 1.0, 1.0] + [0.0] * 7
 
 
-def test_upload_holds_the_class_means_of_the_representations(data_root: Path) -> None:
-    """The released rows are the per-class means of ``represent`` over the client's training
-    records under the uploaded weights; a class the client lacks is not sent (mask 0, zero
-    row, count 0)."""
-    engine = build_engine(make_cfg(data_root, "fedproto", rounds=1, **SKEW))
+def _round_one_upload(engine, cid: int):  # type: ignore[no-untyped-def]
+    """Client ``cid``'s round-1 upload, its training records, and the representations of
+    those records under the uploaded weights (evaluation mode)."""
     alg, fed = engine.algorithm, engine.data
-    cid = next(c for c in range(4) if len(fed.client_train(c).labels.unique()) < 10)
     alg.begin_round(1, [cid])
     task = ClientTask(cid, 1, alg.broadcast(1, cid), None, False, 11)
     train = fed.client_train(cid)
@@ -95,6 +92,17 @@ def test_upload_holds_the_class_means_of_the_representations(data_root: Path) ->
     model.eval()
     with torch.no_grad():
         h = model.represent(normalize(train.images, fed.info))
+    return up, train, h
+
+
+def test_upload_holds_the_class_means_of_the_representations(data_root: Path) -> None:
+    """The released rows are the per-class means of ``represent`` over the client's training
+    records under the uploaded weights; a class the client lacks is not sent (mask 0, zero
+    row, count 0)."""
+    engine = build_engine(make_cfg(data_root, "fedproto", rounds=1, **SKEW))
+    fed = engine.data
+    cid = next(c for c in range(4) if len(fed.client_train(c).labels.unique()) < 10)
+    up, train, h = _round_one_upload(engine, cid)
     counts = torch.bincount(train.labels, minlength=10)
     assert up["knowledge.counts"].tolist() == counts.float().tolist()
     assert up["knowledge.mask"].tolist() == (counts > 0).float().tolist()
@@ -159,18 +167,10 @@ def test_noised_prototypes_are_fedhkds_release_and_their_epsilon_the_accountants
     params = {"sigma": 7.0, "zeta": 2.0}
     cfg = make_cfg(data_root, "fedproto", rounds=2, algorithm_params=params)
     engine = build_engine(cfg)
-    alg, fed = engine.algorithm, engine.data
+    alg = engine.algorithm
     cid = 0
-    alg.begin_round(1, [cid])
-    task = ClientTask(cid, 1, alg.broadcast(1, cid), None, False, 11)
-    train = fed.client_train(cid)
-    data = ClientData(cid, train, fed.client_test(cid), fed.info)
-    up = alg.local_update(data, task, client_generator(11, 1, cid)).upload
-    model = alg.model_spec()
-    model.load_state_dict({k: v for k, v in up.items() if not k.startswith("knowledge.")})
-    model.eval()
-    with torch.no_grad():
-        h = model.represent(normalize(train.images, fed.info)).to(torch.float64)
+    up, train, h = _round_one_upload(engine, cid)
+    h = h.to(torch.float64)
     # the clipped class means (the mechanism at sigma 0)
     clean, counts = GaussianMechanism(0.0, 2.0).release(h, train.labels, 10, torch.Generator())
     assert not torch.allclose(up["knowledge.rep"], clean.float(), atol=1e-3)  # noised
