@@ -15,8 +15,13 @@ Implemented (Sec. 3):
   divided by the client's width p, directly after the layer and before pooling and the
   activation (both commute with a positive scale here). This compensates for the share of inputs
   a width-p layer drops, as inverted dropout does. The head is not scaled: in HeteroFL's
-  networks the output layer has no Scaler. At evaluation, and for the global model, the Scaler
-  is the identity.
+  networks the output layer has no Scaler. The global model (width 1) is never scaled. A
+  width-p submodel is scored as it trained: with static BN (HeteroFL's networks) the Scaler is
+  the identity at evaluation, as in HeteroFL, since the normalisation that follows each scaled
+  layer cancels the factor; without BN (Pa3dFL's Table 4 CNNs) nothing cancels it, and a
+  submodel scored without it would see every scaled layer's output p times smaller than in
+  training (its biases unchanged): there the Scaler stays on when a client's submodel is
+  scored (``accuracy_before``, ``accuracy``), as the attack surface always had it.
 - Static batch normalisation (Sec. 3.2): Pa3dFL's Table 4 CNNs have no normalisation layer;
   ``model: pa3dfl_cnn_fmnist_sbn`` (or ``pa3dfl_cnn_cifar100_sbn``) is the same network with a
   BatchNorm after each hidden layer that keeps no running statistics: training normalises
@@ -187,6 +192,16 @@ class HeteroFL(SlicedWidthAlgorithm):
         opt = self.local_optimizer(model.parameters(), round=task.round)
         with scaler(model, self.axes(), self.scaler_width(task.client_id)):
             return self.run_epochs(model, data, opt, generator, loss_fn=masked_ce)
+
+    def client_eval(
+        self, task: ClientTask, model: nn.Module, data: ClientData, *, before: bool = False
+    ) -> dict[str, float]:
+        """The base evaluation, with the Scaler on for a submodel without static BN (module
+        docstring); the loop and the vectorized executor both score clients through it."""
+        static = bool(getattr(model, "STATIC_BN", False))
+        width = 1.0 if static else self.scaler_width(task.client_id)
+        with scaler(model, self.axes(), width):
+            return super().client_eval(task, model, data, before=before)
 
     def scaler_width(self, client_id: int) -> float:
         """What the Scaler divides by: the client's width, or 1 with the Scaler off."""

@@ -303,3 +303,37 @@ def test_three_rounds_learn(data_root: Path, four_clients, algorithm: str) -> No
         assert client_acc[3] > client_acc[1] + 0.03, client_acc
     else:
         assert global_acc[3] > global_acc[1] + 0.1, global_acc
+
+
+@pytest.mark.parametrize("model", ["pa3dfl_cnn_fmnist", "pa3dfl_cnn_fmnist_sbn"])
+def test_heterofl_scores_a_narrow_submodel_as_it_trained(data_root: Path, model: str) -> None:
+    """Without BN a width-1/2 client's submodel is scored with the Scaler on (nothing cancels
+    it); with static BN without it (the normalisation cancels it, as in HeteroFL); the
+    full-width client never scales."""
+    engine = build_engine(_cfg(data_root, "heterofl", [1.0, 0.25], model=model))
+    alg = engine.algorithm
+    data = _client(engine, 1)
+    task = ClientTask(1, 1, alg.broadcast(1, 1), None, True, 3)
+    net = alg.client_model(0.5)
+    net.load_state_dict(task.payload)
+    scored = alg.client_eval(task, net, data)
+    got = (scored["accuracy"], scored["test_loss"])
+    from flcore.algorithms.training import static_bn
+
+    def acc(width: float) -> tuple[float, float]:
+        with scaler(net, alg.axes(), width), static_bn(net, data.train, data.info):
+            return evaluate(net, data.test, data.info)
+
+    scaled, plain = acc(0.5), acc(1.0)
+    if model.endswith("_sbn"):
+        assert got == plain
+    else:
+        assert got == scaled
+        assert scaled[1] != plain[1]  # the premise: the Scaler changes a BN-free submodel
+    wide = ClientTask(0, 1, alg.broadcast(1, 0), None, True, 3)
+    full = alg.client_model(1.0)
+    full.load_state_dict(wide.payload)
+    data0 = _client(engine, 0)
+    with static_bn(full, data0.train, data0.info):
+        want = evaluate(full, data0.test, data0.info)[0]
+    assert alg.client_eval(wide, full, data0, before=True)["accuracy_before"] == want
