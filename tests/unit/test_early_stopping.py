@@ -69,6 +69,16 @@ def _engine(raw: dict[str, Any], data: FederatedData, **cb: Any) -> Engine:
     return build_engine(validate_config(raw), data=data, **cb)
 
 
+def _checkpoint_after(engine: Engine, round: int, path: Path) -> Path:
+    """Run ``engine`` to the end of ``round``, then write its checkpoint to ``path``."""
+    rounds = engine.iter_rounds()
+    for result in rounds:
+        if result.round == round:
+            break
+    rounds.close()
+    return engine.save_checkpoint(path)
+
+
 def _accuracy_keys(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metrics.items() if k.startswith(CLIENT_ACCURACIES)}
 
@@ -113,12 +123,7 @@ def test_a_checkpoint_mid_run_resumes_to_the_same_stop(
     expected = whole.run()
 
     first = _engine(es_config, es_data)
-    rounds = first.iter_rounds()
-    for result in rounds:
-        if result.round == 4:
-            break
-    rounds.close()
-    path = first.save_checkpoint(tmp_path / "ckpt.pt")
+    path = _checkpoint_after(first, 4, tmp_path / "ckpt.pt")
 
     resumed = _engine(es_config, es_data)
     resumed.load_checkpoint(path)
@@ -304,12 +309,7 @@ def test_a_window_tracks_the_mean_of_the_last_rounds_and_reports_its_means(
 
     # a checkpoint written under another window replays the history under this one
     first = _engine(raw | {"early_stopping": {"metric": "val_accuracy", "patience": 0.25}}, es_data)
-    rounds = first.iter_rounds()
-    for result in rounds:
-        if result.round == 5:
-            break
-    rounds.close()
-    path = first.save_checkpoint(tmp_path / "ckpt.pt")
+    path = _checkpoint_after(first, 5, tmp_path / "ckpt.pt")
     resumed = _engine(raw, es_data)
     resumed.load_checkpoint(path)
     timing = {"seconds", "bytes_up", "bytes_down"}
