@@ -2,9 +2,9 @@
 
 On top of :func:`analysis.pareto.pareto_front`: the objectives are checked against the runs
 (an objective no run reports is an error that lists the metrics there are), several seeds of
-one configuration are averaged (the front uses the per-configuration mean, the table keeps the
-standard deviation), and the hypervolume of each group's front and of the overall front is
-measured against a reference point. Pure functions of DataFrames.
+one configuration are averaged (the front uses the per-configuration mean, and the largest
+epsilon, the table keeps the standard deviation), and the hypervolume of each group's front
+and of the overall front is measured against a reference point. Pure functions of DataFrames.
 """
 
 from __future__ import annotations

@@ -27,7 +27,13 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from analysis.guarantees import DP_TAG_COLUMNS, apply_guarantees, join_tags, relation_note
+from analysis.guarantees import (
+    DP_TAG_COLUMNS,
+    apply_guarantees,
+    is_epsilon,
+    join_tags,
+    relation_note,
+)
 from analysis.validity import count_reasons, exclusion_reasons
 
 __all__ = [
@@ -271,8 +277,8 @@ class ParetoResult:
         front: the rows on the front, best first in the first objective (ties by the next).
         table: every valid row, with ``rank`` (0 = front) and ``on_front``; also
             ``on_group_front`` when ``by`` was given. With ``group_cols`` one row per
-            configuration: objective means, ``<objective>_std`` and ``n_seeds`` (and
-            ``run_ids``, ``run_id`` when the runs have ids).
+            configuration: objective means (an epsilon: the largest), ``<objective>_std`` and
+            ``n_seeds`` (and ``run_ids``, ``run_id`` when the runs have ids).
         n_runs: rows in the input.
         n_failed: left-out rows that did not finish: an MLflow status or a trial status
             other than the ok status, or stopped early.
@@ -317,7 +323,9 @@ def _best_first(frame: pd.DataFrame, objectives: Sequence[Objective]) -> pd.Data
 
 
 def _aggregate_seeds(df: pd.DataFrame, names: list[str], keys: list[str]) -> pd.DataFrame:
-    """One row per configuration: mean and sample std of each objective, and ``n_seeds``.
+    """One row per configuration: mean and sample std of each objective, and ``n_seeds``; an
+    epsilon objective is the largest over the seeds (the configuration's guarantee is its worst
+    seed's: a LoDMeta walk's busiest client differs by seed), with its std beside it.
 
     With a ``run_id`` column the row keeps its runs: ``run_ids`` (comma-separated, in input
     order) and ``run_id`` (the first of them, a handle for links and JSON). The DP tag columns
@@ -325,8 +333,12 @@ def _aggregate_seeds(df: pd.DataFrame, names: list[str], keys: list[str]) -> pd.
     means.
     """
     groups = df.groupby(keys, dropna=False, sort=True)
+    means = groups[names].mean()
+    for name in names:
+        if is_epsilon(name):
+            means[name] = groups[name].max()
     parts = [
-        groups[names].mean(),
+        means,
         groups[names].std(ddof=1).add_suffix("_std"),
         groups.size().rename("n_seeds"),
     ]

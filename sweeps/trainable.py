@@ -2,7 +2,8 @@
 
 A trial is one sampled configuration; it runs once per seed of the spec, the seeds in lockstep,
 and reports the mean over seeds of every metric (with ``<metric>_std`` beside it when there are
-several seeds), so the objectives Optuna sees are per-configuration means.
+several seeds), so the objectives Optuna sees are per-configuration means; an epsilon is the
+largest over seeds instead (each seed's run has its own guarantee, and the trial's is the worst).
 
 Every report carries the latest value of every metric: accuracy measured only every
 ``eval_every`` rounds is carried forward. Every objective is in every report (Ray checks for the
@@ -35,13 +36,14 @@ import ray
 import torch
 from ray import tune
 
+from analysis.guarantees import is_epsilon
 from flcore.algorithms.base import Algorithm
 from flcore.config import ExperimentConfig, apply_overrides, validate_config
 from flcore.engine import CLIENT_ACCURACIES, Engine
 from flcore.experiment import build_data, build_engine
 from search_spaces import overrides_for
 
-__all__ = ["FLTrainable", "trial_experiment_config", "REPORTED"]
+__all__ = ["FLTrainable", "REPORTED", "combine_seeds", "trial_experiment_config"]
 
 #: metrics every report carries (plus the objectives and ``*_std``): whatever any algorithm may
 #: report, and the engine's per-round traffic and time
@@ -253,17 +255,7 @@ class FLTrainable(tune.Trainable):
         out["dp_guarantee"] = out["privacy_tags"]["dp_guarantee"]
         # every metric any seed has measured so far (DP runs add delta, noise_multiplier)
         keys = REPORTED | set(self.objectives) | set().union(*self._latest)
-        keys -= {"round", "clients"}
-        for key in sorted(keys):
-            values = [lat.get(key) for lat in self._latest]
-            if any(v is None for v in values):
-                out[key] = self.fills.get(key, math.nan)
-                continue
-            arr = np.asarray(values, dtype=float)
-            same = bool(np.all(arr == arr[0]))  # also true for seeds that all report inf
-            out[key] = float(arr[0]) if same else float(arr.mean())
-            if len(values) > 1:
-                out[f"{key}_std"] = 0.0 if same else float(arr.std(ddof=1))
+        out.update(combine_seeds(self._latest, keys - {"round", "clients"}, self.fills))
         return out
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
@@ -284,3 +276,26 @@ class FLTrainable(tune.Trainable):
         self._latest = state["latest"]
         self._reports = list(state.get("reports", []))
         self._saved_at = time.monotonic()
+
+
+def combine_seeds(
+    latest: list[dict[str, float]], keys: set[str], fills: dict[str, float]
+) -> dict[str, float]:
+    """A trial's figures from its seeds' latest metrics: per key the mean over seeds, and
+    ``<key>_std`` (sample std) when there are several; an epsilon is the largest over seeds
+    (each seed's run has its own guarantee, the trial's is the worst: a LoDMeta walk's busiest
+    client differs by seed; the mean would under-report some seed's). A key some seed has not
+    measured yet is ``fills[key]`` (NaN without one)."""
+    out: dict[str, float] = {}
+    for key in sorted(keys):
+        values = [lat.get(key) for lat in latest]
+        if any(v is None for v in values):
+            out[key] = fills.get(key, math.nan)
+            continue
+        arr = np.asarray(values, dtype=float)
+        same = bool(np.all(arr == arr[0]))  # also true for seeds that all report inf
+        combined = arr.max() if is_epsilon(key) else arr.mean()
+        out[key] = float(arr[0]) if same else float(combined)
+        if len(values) > 1:
+            out[f"{key}_std"] = 0.0 if same else float(arr.std(ddof=1))
+    return out

@@ -226,6 +226,26 @@ def test_seed_aggregation_computes_the_front_on_configuration_means() -> None:
     assert result.per_group["plain"]["n_seeds"].tolist() == [2]
 
 
+def test_seed_aggregation_claims_the_worst_seeds_epsilon() -> None:
+    # A LoDMeta walk's busiest client differs by seed: each seed's run has its own epsilon,
+    # and the configuration guarantees only the largest of them (the mean under-reports).
+    df = pd.DataFrame(
+        {
+            "noise": [1.0, 1.0, 1.0],
+            "seed": [0, 1, 2],
+            "epsilon": [5.78, 6.77, 6.26],
+            "accuracy": [0.6, 0.7, 0.8],
+            "status": ["FINISHED"] * 3,
+        }
+    )
+
+    row = pareto_front(df, ACC_EPS, group_cols=["noise"]).table.iloc[0]
+
+    assert row["epsilon"] == pytest.approx(6.77)
+    assert row["accuracy"] == pytest.approx(0.7)
+    assert row["epsilon_std"] == pytest.approx(np.std([5.78, 6.77, 6.26], ddof=1))
+
+
 def test_unknown_columns_are_named() -> None:
     df = runs(("a", 1.0, 0.5, "FINISHED"))
 
