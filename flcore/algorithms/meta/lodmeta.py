@@ -42,7 +42,14 @@ Privacy (``privacy: {mechanism: perturbation, ...}``; flcore.privacy.perturbatio
   data against everyone who sees its transmissions). ``epsilon_paper``: Theorem 4.5's
   network-DP epsilon' at delta + delta_hat, delta_hat = delta, for the per-release epsilon the
   noise corresponds to (the classic formula, defined for epsilon < 1 and delta < 1/2), against
-  another client as observer. It is reported, never used as the guarantee.
+  another client as observer. It is reported, never used as the guarantee. Its N_u = T/n +
+  sqrt(3 T ln(1/delta_hat)/n) bounds a client's visits only where the walk visits clients
+  uniformly (a regular graph, or ``graph.walk: metropolis``); on a simple walk over an
+  irregular graph (Watts-Strogatz) visits follow degree and the formula, applied as the paper
+  states it ("any topology"), can undercount the busiest client. It is computed for every
+  variant at the per-release epsilon of its noise (the theorem covers Algorithm 2 only), and
+  under ``paper_exact`` too: it is the paper's claim for the printed algorithm, which is not
+  DP (``epsilon`` and ``epsilon_accountant`` are inf there).
 - Attacks (``attack:``): the client's walk neighbours see w before and after its step, and
   (m, v) where they travel; :meth:`RandomWalkMeta.attack_surface` simulates that step for
   candidate records (flcore.attacks.surface.MetaStepSurface: the meta-gradient, clipped as the
@@ -169,7 +176,9 @@ class RandomWalkMeta(MetaAlgorithm):
         p = self.privacy
         assert p is not None
         metrics = self._accounting.metrics()
-        metrics["epsilon_accountant"] = metrics["epsilon"]
+        # under paper_exact nothing is clipped and v sees the clean gradient: no sensitivity
+        # bound, so the accountant's figure (for the clipped mechanism) describes no release
+        metrics["epsilon_accountant"] = math.inf if self._paper_exact() else metrics["epsilon"]
         if self.dp_guarantee() in ("none", "weak-delta"):
             metrics["epsilon"] = math.inf
         steps = sum(self.visits)

@@ -229,6 +229,9 @@ def test_v_never_sees_a_clean_gradient(data_root: Path) -> None:
     for k in exact.state["v"]:
         torch.testing.assert_close(exact.state["v"][k], (1 - p.beta) * clean[k].pow(2))
     assert engine2.algorithm.privacy_tags()["dp_guarantee"] == "none"
+    # nothing clipped, v clean: no figure of the accountant describes this release
+    metrics = engine2.algorithm.privacy_metrics()
+    assert metrics["epsilon"] == metrics["epsilon_accountant"] == math.inf
 
 
 def test_epsilon_is_the_accountant_over_visits_and_epsilon_paper_theorem_4_5(
