@@ -28,7 +28,8 @@ The result is one JSON object on stdout: per run, the rounds done, whether early
 it, its best-validation round, the accuracies of that round (``accuracy``, ``accuracy_before``,
 the worst capacity cluster's), the wall seconds spent and the paper's figure. ``--summary``
 prints instead a markdown table of the runs under OUT (means over seeds): method, setting,
-rounds, ours, paper, difference, worst-width accuracy, where "ours" is the accuracy of the model
+rounds, ours, paper, difference, worst-width accuracy, and beneath it each Hetero capacity
+cluster's accuracy per method (:func:`width_table`), where "ours" is the accuracy of the model
 the method deploys (:data:`OURS_METRIC`):
 
 - ``accuracy_before`` for methods whose deployed model is the global model (FedAvg, FLANC,
@@ -302,6 +303,38 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def width_table(runs: list[dict[str, Any]], setting: str = "hetero") -> str:
+    """Markdown: each capacity cluster's accuracy (the deployed model's, :data:`OURS_METRIC`)
+    for every method's runs of ``setting`` whose summary followed the window rule
+    (:func:`_follows_rule`): one column per (method, label, rounds), means over seeds, one row
+    per width. The paper reports none; it shows who a method serves well (Pa3dFL's narrowest
+    clients against FedAvg's, BENCHMARKS.md). Empty when no run qualifies."""
+    columns: dict[tuple[str, str, int], dict[float, list[float]]] = {}
+    for r in runs:
+        method, summary = r["method"], r["summary"]
+        if r["setting"] != setting or not _follows_rule(summary, method):
+            continue
+        prefix = f"{OURS_METRIC[method]}_width_"
+        cells = columns.setdefault((method, r["label"], r["rounds"]), {})
+        for key, value in summary.items():
+            if key.startswith(prefix) and value is not None:
+                cells.setdefault(float(key.removeprefix(prefix)), []).append(100 * value)
+    columns = {k: v for k, v in columns.items() if v}
+    if not columns:
+        return ""
+    order = {m: i for i, m in enumerate(METHODS)}
+    keys = sorted(columns, key=lambda k: (order[k[0]], k[1], k[2]))
+    names = [f"{m} ({label}, r{n})" if label else f"{m} (r{n})" for m, label, n in keys]
+    lines = [
+        f"| width ({setting}) | {' | '.join(names)} |",
+        "|---|" + "---|" * len(keys),
+    ]
+    for width in sorted({w for cells in columns.values() for w in cells}):
+        row = [seed_cell(columns[k].get(width, [])) for k in keys]
+        lines.append(f"| {width:g} | {' | '.join(row)} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
@@ -327,7 +360,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.set and not args.label:
         ap.error("--set needs --label (the variant's name in the run folders)")
     if args.summary:
-        print(summary_table(read_runs(Path(args.out), records_dir(args))))
+        runs = read_runs(Path(args.out), records_dir(args))
+        print(summary_table(runs))
+        widths = width_table(runs)
+        if widths:
+            print("\nEach capacity cluster's accuracy (deployed model, runs under the rule):\n")
+            print(widths)
         return
     missing = [
         str(config_path(s, m))

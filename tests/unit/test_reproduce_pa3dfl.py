@@ -187,3 +187,38 @@ def test_the_summary_rescores_every_run_by_the_window_rule_from_its_curve() -> N
     assert row.rstrip(" |").endswith("70.00")
     # a global-model method is chosen on the validation accuracy of the model it deploys
     assert rescore(curve, "fedavg") is None  # no accuracy_before logged in this curve
+
+
+def test_the_width_table_shows_each_cluster_of_runs_under_the_rule() -> None:
+    import runpy
+
+    width_table = runpy.run_path(str(SCRIPT), run_name="reproduce")["width_table"]
+
+    def run(method: str, seed: int, widths: dict[str, float], rule: bool = True) -> dict:
+        metric = "accuracy_before" if method == "fedavg" else "accuracy"
+        summary = {f"{metric}_width_{w}": v for w, v in widths.items()}
+        summary[f"{metric}_worst_width"] = min(widths.values())
+        if method == "fedavg":  # after local training: not the model FedAvg deploys
+            summary["accuracy_width_9"] = 0.1
+        if rule:
+            select = "val_accuracy_before" if method == "fedavg" else "val_accuracy"
+            summary |= {f"best_{select}": 0.9, "best_round": 30, "best_window_start": 21}
+        return {"setting": "hetero", "method": method, "label": "", "rounds": 500,
+                "seed": seed, "summary": summary}  # fmt: skip
+
+    runs = [
+        run("fedavg", 0, {"0.125": 0.90, "0.5": 0.91}),
+        run("fedavg", 1, {"0.0625": 0.80, "0.5": 0.93}),
+        run("pa3dfl", 0, {"0.125": 0.78, "0.5": 0.89}),
+        run("pa3dfl", 1, {"0.125": 0.10}, rule=False),  # chosen by the old rule: left out
+    ]
+    lines = width_table(runs).splitlines()
+
+    assert lines[0] == "| width (hetero) | fedavg (r500) | pa3dfl (r500) |"
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    rows = {c[0]: c[1:] for c in cells}
+    assert rows["0.0625"] == ["80.00", "-"]
+    assert rows["0.125"] == ["90.00", "78.00"]
+    assert rows["0.5"][0].startswith("92.00") and rows["0.5"][1] == "89.00"  # seeds' mean
+    assert "9" not in rows  # FedAvg deploys the received model: after training is not read
+    assert width_table([r for r in runs if r["setting"] == "ideal"]) == ""
