@@ -7,7 +7,10 @@ would, for every client of the chosen widths (``--widths``; default: the two nar
 widest of the run's capacities). Nothing is written: the checkpoint and the run stay as they
 are. Prints one JSON object: the machine, the run, and per client its width, ``train_loss``
 (the mean over its local steps) and the accuracies the round measures (``accuracy_before``:
-the model it receives; ``accuracy``: the model it deploys after training; ``val_*`` likewise).
+the model it receives; ``accuracy``: the model it deploys after training; ``val_*`` likewise);
+for Pa3dFL also its trained network's mean feature norm and each head's cross-entropy and
+accuracy on the client's own training records (``train_*_global_head``: the frozen global
+head; ``train_*_local_head``: the generated local head).
 
 Why: Table 1 is a mean over clients, and the per-width clusters (``--summary``) show whom a
 method serves. This says why a cluster scores what it does: a training loss far above the
@@ -66,13 +69,41 @@ def probe(
     rows = []
     for cid in clients:
         task = ClientTask(cid, r, alg.broadcast(r, cid), engine.client_states[cid], True, cfg.seed)
-        result = alg.local_update(client_data(data, cid), task, client_generator(cfg.seed, r, cid))
+        cd = client_data(data, cid)
+        result = alg.local_update(cd, task, client_generator(cfg.seed, r, cid))
         rows.append(
             {"client": cid, "width": capacity.width(cid)}
             | {k: v for k, v in sorted(result.metrics.items()) if "acc" in k or "loss" in k}
+            | _heads(getattr(alg, "_client_model", None), cd)
         )
         print(f"client {cid} (width {capacity.width(cid):g}) done", file=sys.stderr, flush=True)
     return {"round": r, "widths": chosen, "clients": rows}
+
+
+def _heads(net: Any, cd: Any) -> dict[str, float]:
+    """Pa3dFL's two heads on the client's own training records, after the round's training
+    (its trained network, :class:`~flcore.algorithms.widths.decomposed.DecomposedNet`): the
+    mean feature norm, and the cross-entropy and accuracy of the frozen global head
+    (``head``) and of the generated local head. Empty for other algorithms."""
+    import torch
+    import torch.nn.functional as F
+
+    from flcore.data import normalize
+
+    if net is None or not hasattr(net, "local_head") or not hasattr(net, "head"):
+        return {}
+    x, y = normalize(cd.train.images, cd.info), cd.train.labels
+    net.eval()
+    with torch.no_grad():
+        param = next(net.parameters())
+        f = net.features(x.to(param.device))
+        y = y.to(param.device)
+        out = {"train_feature_norm": float(f.norm(dim=1).mean())}
+        for name, head in (("global_head", net.head), ("local_head", net.local_head)):
+            logits = head(f)
+            out[f"train_ce_{name}"] = float(F.cross_entropy(logits, y))
+            out[f"train_accuracy_{name}"] = float((logits.argmax(1) == y).float().mean())
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
