@@ -10,7 +10,9 @@ are. Prints one JSON object: the machine, the run, and per client its width, ``t
 the model it receives; ``accuracy``: the model it deploys after training; ``val_*`` likewise);
 for Pa3dFL also its trained network's mean feature norm and each head's cross-entropy and
 accuracy on the client's own training records (``train_*_global_head``: the frozen global
-head; ``train_*_local_head``: the generated local head).
+head; ``train_*_local_head``: the generated local head), and ``global_head_class_share``: per
+class, the share of uniformly drawn non-negative features (ReLU outputs, up to the largest
+measured) on which the frozen head gives that class the largest logit.
 
 Why: Table 1 is a mean over clients, and the per-width clusters (``--summary``) show whom a
 method serves. This says why a cluster scores what it does: a training loss far above the
@@ -35,6 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "sweeps" / "configs" / "pa3dfl"
+#: random non-negative feature vectors behind ``global_head_class_share``
+SHARE_DRAWS = 200_000
 
 
 def probe(
@@ -80,7 +84,7 @@ def probe(
     return {"round": r, "widths": chosen, "clients": rows}
 
 
-def _heads(net: Any, cd: Any) -> dict[str, float]:
+def _heads(net: Any, cd: Any) -> dict[str, Any]:
     """Pa3dFL's two heads on the client's own training records, after the round's training
     (its trained network, :class:`~flcore.algorithms.widths.decomposed.DecomposedNet`): the
     mean feature norm, and the cross-entropy and accuracy of the frozen global head
@@ -103,6 +107,12 @@ def _heads(net: Any, cd: Any) -> dict[str, float]:
             logits = head(f)
             out[f"train_ce_{name}"] = float(F.cross_entropy(logits, y))
             out[f"train_accuracy_{name}"] = float((logits.argmax(1) == y).float().mean())
+        # the share of non-negative features (uniform on [0, max feature]^d, as ReLU outputs)
+        # where each class has the frozen head's largest logit: how much room it leaves a class
+        g = torch.Generator().manual_seed(0)
+        z = torch.rand(SHARE_DRAWS, f.shape[1], generator=g).to(f.device) * f.max()
+        wins = torch.bincount(net.head(z).argmax(1), minlength=net.head.out_features)
+        out["global_head_class_share"] = [float(w) / SHARE_DRAWS for w in wins]
     return out
 
 

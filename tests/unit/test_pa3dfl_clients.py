@@ -43,6 +43,8 @@ def test_the_probe_reenters_a_checkpoint_for_the_chosen_widths(
         assert row["train_loss"] > 0 and 0 <= row["accuracy"] <= 1
         assert 0 <= row["accuracy_before"] <= 1
         assert row["train_feature_norm"] > 0  # Pa3dFL: both heads on the training records
+        share = row["global_head_class_share"]
+        assert len(share) == 10 and sum(share) == pytest.approx(1.0)
         for head in ("global_head", "local_head"):
             assert row[f"train_ce_{head}"] > 0 and 0 <= row[f"train_accuracy_{head}"] <= 1
     assert hashlib.sha256(ckpt.read_bytes()).hexdigest() == digest  # nothing written
