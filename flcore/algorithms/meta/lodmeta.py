@@ -58,6 +58,9 @@ Privacy (``privacy: {mechanism: perturbation, ...}``; flcore.privacy.perturbatio
   client's first visit its (m, v) are 0, so ``w - w'`` is an invertible map of g (cosine 0.99
   or more on FMNIST), and with theta 0 every step carries the signs of g; "only w is sent"
   does not hide the gradient from the two clients around the step.
+- The step's ``train_loss`` and ``meta_grad_norm`` (the clean, unclipped norm) are the
+  simulator's telemetry, logged for the experimenter and sent to no client: outside the
+  guarantee, which covers what clients transmit.
 - A delta at or above 1 / (records a client trains on) permits releasing a record outright:
   such runs are ``weak-delta``, at epsilon = inf (the accountant's figure stays in
   ``epsilon_accountant``).
