@@ -27,12 +27,14 @@ Decisions checked here, before anything starts (each a ``ConfigError`` naming th
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from analysis.guarantees import is_epsilon
 from flcore.config import ExperimentConfig, apply_overrides, parse_overrides, read_yaml
 from flcore.config import validate_config as validate_experiment
 from flcore.errors import ConfigError
@@ -295,6 +297,15 @@ def validate_spec(raw: Mapping[str, Any], *, base_dir: Path | None = None) -> Sw
         )
     reported = {a: _reported(a, spec.base) for a in spec.algorithms}
     for i, obj in enumerate(spec.objectives):
+        if is_epsilon(obj.name) and obj.name != "epsilon":
+            warnings.warn(
+                f"objective {obj.name!r} is a partial privacy figure (one release's share, or a "
+                "paper's formula), not the guarantee a run has; only 'epsilon' is (inf where "
+                "something is released unprotected), so a front on it is no privacy-utility "
+                "front",
+                UserWarning,
+                stacklevel=2,
+            )
         if obj.name.startswith("leak_lpips") and spec.base.attack is not None:
             from flcore.attacks.metrics import LPIPS
 

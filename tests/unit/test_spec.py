@@ -268,3 +268,15 @@ def test_population_size_belongs_to_nsga2_alone() -> None:
     for name in ("tpe", "random"):
         with pytest.raises(ConfigError, match=f"is NSGA-II's; sampler '{name}' has no population"):
             validate_spec(_spec(sampler={"name": name, "population_size": 8}))
+
+
+def test_a_partial_epsilon_objective_is_warned_about() -> None:
+    # FedHKD's epsilon_knowledge is finite although its model upload is unprotected (its
+    # epsilon is inf): a sweep may search it, but is told it is no guarantee
+    with pytest.warns(UserWarning, match="'epsilon_knowledge' is a partial privacy figure"):
+        validate_spec(
+            _spec(
+                algorithms=["fedhkd"],
+                objectives=[{"name": "epsilon_knowledge", "direction": "min", "missing": 0.0}],
+            )
+        )
