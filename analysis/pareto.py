@@ -329,7 +329,7 @@ def _aggregate_seeds(df: pd.DataFrame, names: list[str], keys: list[str]) -> pd.
 
     With a ``run_id`` column the row keeps its runs: ``run_ids`` (comma-separated, in input
     order) and ``run_id`` (the first of them, a handle for links and JSON). The DP tag columns
-    (``dp_guarantee``, ``dp_relation``, ``client_sampling``) are kept: what the mean epsilon
+    (``dp_guarantee``, ``dp_relation``, ``client_sampling``) are kept: what the epsilon
     means.
     """
     groups = df.groupby(keys, dropna=False, sort=True)

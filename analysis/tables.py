@@ -139,7 +139,8 @@ def best_configs(
     runs: pd.DataFrame, analysis: FrontAnalysis, *, by: str = "algorithm", top: int = 5
 ) -> dict[str, pd.DataFrame]:
     """Each group's best configurations: its own front (at most ``top`` rows, best first in
-    the first objective), with the objectives as ``mean ± std`` strings, the seed count where
+    the first objective), with the objectives as ``mean ± std`` strings (an epsilon: the largest
+    over the seeds, :func:`analysis.pareto.pareto_front`), the seed count where
     seeds were averaged, the run ids, and the params that vary inside that group."""
     objectives = analysis.result.objectives
     ok = runs.loc[exclusion_reasons(runs, []).isna().to_numpy()]

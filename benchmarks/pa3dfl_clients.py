@@ -5,7 +5,8 @@ Loads the engine of a run that ``reproduce_pa3dfl_table1.py`` left in ``--run-di
 run's ``--set`` overrides and seed), and runs one evaluated local update, as the next round
 would, for every client of the chosen widths (``--widths``; default: the two narrowest and the
 widest of the run's capacities). Nothing is written: the checkpoint and the run stay as they
-are. Prints one JSON object: the machine, the run, and per client its width, ``train_loss``
+are. Prints one JSON object: the machine, the run, and per client its width (its capacity's;
+``model_width``: the width it trains, min_i p_i for a capacity-unaware method), ``train_loss``
 (the mean over its local steps) and the accuracies the round measures (``accuracy_before``:
 the model it receives; ``accuracy``: the model it deploys after training; ``val_*`` likewise);
 for Pa3dFL also its trained network's mean feature norm and each head's cross-entropy and
@@ -76,7 +77,7 @@ def probe(
         cd = client_data(data, cid)
         result = alg.local_update(cd, task, client_generator(cfg.seed, r, cid))
         rows.append(
-            {"client": cid, "width": capacity.width(cid)}
+            {"client": cid, "width": capacity.width(cid), "model_width": alg.client_width(cid)}
             | {k: v for k, v in sorted(result.metrics.items()) if "acc" in k or "loss" in k}
             | _heads(getattr(alg, "_client_model", None), cd)
         )

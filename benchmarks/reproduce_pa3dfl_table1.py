@@ -303,19 +303,28 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _seeds(n: int) -> str:
+    return f"{n} seed" if n == 1 else f"{n} seeds"
+
+
 def width_table(runs: list[dict[str, Any]], setting: str = "hetero") -> str:
     """Markdown: each capacity cluster's accuracy (the deployed model's, :data:`OURS_METRIC`)
     for every method's runs of ``setting`` whose summary followed the window rule
-    (:func:`_follows_rule`): one column per (method, label, rounds), means over seeds, one row
-    per width. The paper reports none; it shows who a method serves well (Pa3dFL's narrowest
-    clients against FedAvg's, BENCHMARKS.md). Empty when no run qualifies."""
+    (:func:`_follows_rule`): one column per (method, label, rounds) with its seed count, one row
+    per width, means over the seeds whose draw has that width (a capacity-unaware method's
+    seeds may have trained different widths: FedAvg's min_i p_i). The paper reports none; it
+    shows who a method serves well (Pa3dFL's narrowest clients against FedAvg's,
+    BENCHMARKS.md). Empty when no run qualifies."""
     columns: dict[tuple[str, str, int], dict[float, list[float]]] = {}
+    seeds: dict[tuple[str, str, int], set[int]] = {}
     for r in runs:
         method, summary = r["method"], r["summary"]
         if r["setting"] != setting or not _follows_rule(summary, method):
             continue
         prefix = f"{OURS_METRIC[method]}_width_"
-        cells = columns.setdefault((method, r["label"], r["rounds"]), {})
+        key = (method, r["label"], r["rounds"])
+        cells = columns.setdefault(key, {})
+        seeds.setdefault(key, set()).add(r["seed"])
         for key, value in summary.items():
             if key.startswith(prefix) and value is not None:
                 cells.setdefault(float(key.removeprefix(prefix)), []).append(100 * value)
@@ -324,7 +333,10 @@ def width_table(runs: list[dict[str, Any]], setting: str = "hetero") -> str:
         return ""
     order = {m: i for i, m in enumerate(METHODS)}
     keys = sorted(columns, key=lambda k: (order[k[0]], k[1], k[2]))
-    names = [f"{m} ({label}, r{n})" if label else f"{m} (r{n})" for m, label, n in keys]
+    names = [
+        f"{m} ({label + ', ' if label else ''}r{n}, {_seeds(len(seeds[m, label, n]))})"
+        for m, label, n in keys
+    ]
     lines = [
         f"| width ({setting}) | {' | '.join(names)} |",
         "|---|" + "---|" * len(keys),

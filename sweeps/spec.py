@@ -297,7 +297,7 @@ def validate_spec(raw: Mapping[str, Any], *, base_dir: Path | None = None) -> Sw
         )
     reported = {a: _reported(a, spec.base) for a in spec.algorithms}
     for i, obj in enumerate(spec.objectives):
-        if is_epsilon(obj.name) and obj.name != "epsilon":
+        if is_epsilon(obj.name) and obj.name.lower().split(".")[-1] != "epsilon":
             warnings.warn(
                 f"objective {obj.name!r} is a partial privacy figure (one release's share, or a "
                 "paper's formula), not the guarantee a run has; only 'epsilon' is (inf where "

@@ -39,7 +39,7 @@ def test_the_probe_reenters_a_checkpoint_for_the_chosen_widths(
     expected = [c for w in out["widths"] for c in capacity.clients_of(w)]
     assert [row["client"] for row in out["clients"]] == expected
     for row in out["clients"]:
-        assert row["width"] == capacity.width(row["client"])
+        assert row["width"] == row["model_width"] == capacity.width(row["client"])
         assert row["train_loss"] > 0 and 0 <= row["accuracy"] <= 1
         assert 0 <= row["accuracy_before"] <= 1
         assert row["train_feature_norm"] > 0  # Pa3dFL: both heads on the training records

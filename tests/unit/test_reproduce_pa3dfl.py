@@ -214,7 +214,7 @@ def test_the_width_table_shows_each_cluster_of_runs_under_the_rule() -> None:
     ]
     lines = width_table(runs).splitlines()
 
-    assert lines[0] == "| width (hetero) | fedavg (r500) | pa3dfl (r500) |"
+    assert lines[0] == "| width (hetero) | fedavg (r500, 2 seeds) | pa3dfl (r500, 1 seed) |"
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
     rows = {c[0]: c[1:] for c in cells}
     assert rows["0.0625"] == ["80.00", "-"]

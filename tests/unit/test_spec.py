@@ -270,7 +270,9 @@ def test_population_size_belongs_to_nsga2_alone() -> None:
             validate_spec(_spec(sampler={"name": name, "population_size": 8}))
 
 
-def test_a_partial_epsilon_objective_is_warned_about() -> None:
+def test_a_partial_epsilon_objective_is_warned_about(recwarn: pytest.WarningsRecorder) -> None:
+    validate_spec(_spec(algorithms=["fedavg", "dp_fedavg"], objectives={"epsilon": "min"}))
+    assert not [w for w in recwarn if "partial privacy figure" in str(w.message)]
     # FedHKD's epsilon_knowledge is finite although its model upload is unprotected (its
     # epsilon is inf): a sweep may search it, but is told it is no guarantee
     with pytest.warns(UserWarning, match="'epsilon_knowledge' is a partial privacy figure"):

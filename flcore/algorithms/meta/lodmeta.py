@@ -47,7 +47,8 @@ Privacy (``privacy: {mechanism: perturbation, ...}``; flcore.privacy.perturbatio
   uniformly (a regular graph, or ``graph.walk: metropolis``); on a simple walk over an
   irregular graph (Watts-Strogatz) visits follow degree and the formula, applied as the paper
   states it ("any topology"), can undercount the busiest client. It is computed for every
-  variant at the per-release epsilon of its noise (the theorem covers Algorithm 2 only), and
+  variant at the per-release epsilon of its noise where the theorem is defined (that epsilon
+  below 1, delta below 1/2; the theorem covers Algorithm 2 only), and
   under ``paper_exact`` too: it is the paper's claim for the printed algorithm, which is not
   DP (``epsilon`` and ``epsilon_accountant`` are inf there).
 - Attacks (``attack:``): the client's walk neighbours see w before and after its step, and
