@@ -322,12 +322,12 @@ def width_table(runs: list[dict[str, Any]], setting: str = "hetero") -> str:
         if r["setting"] != setting or not _follows_rule(summary, method):
             continue
         prefix = f"{OURS_METRIC[method]}_width_"
-        key = (method, r["label"], r["rounds"])
-        cells = columns.setdefault(key, {})
-        seeds.setdefault(key, set()).add(r["seed"])
-        for key, value in summary.items():
-            if key.startswith(prefix) and value is not None:
-                cells.setdefault(float(key.removeprefix(prefix)), []).append(100 * value)
+        column = (method, r["label"], r["rounds"])
+        cells = columns.setdefault(column, {})
+        seeds.setdefault(column, set()).add(r["seed"])
+        for name, value in summary.items():
+            if name.startswith(prefix) and value is not None:
+                cells.setdefault(float(name.removeprefix(prefix)), []).append(100 * value)
     columns = {k: v for k, v in columns.items() if v}
     if not columns:
         return ""
