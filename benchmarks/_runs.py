@@ -11,6 +11,13 @@ So a run that ends also leaves a *record* (:func:`write_record`): one small JSON
 machine, the seconds spent and a compact per-round curve, committed with the repository. The
 ``--summary`` tables read run folders and records together (:func:`scan_runs`; a folder wins over
 its own record), so the seeds of a table can come from different machines and sessions.
+
+A run with early stopping also keeps ``best.pt``, the engine's state after the round that ended
+its best validation window (rewritten at each new best), so that its best-validation model can
+be measured on every client afterwards (:func:`evaluate_all_clients`, ``all_clients.json``): a
+round's accuracies are means over its sampled clients, and the window's figure a mean of such
+means. A run that ended before ``best.pt`` existed gets it by a replay from round 0 to its best
+round (:func:`replay_best`, deterministic: its logged rows must match the run's own).
 """
 
 from __future__ import annotations
@@ -24,21 +31,26 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "ALL_CLIENTS",
+    "BEST",
     "CURVE_KEYS",
     "MIN_SEEDS",
     "RECORDS",
     "combine",
     "compare",
     "epsilon_cell",
+    "evaluate_all_clients",
     "read_curve",
     "record_file",
     "records_dir",
+    "replay_best",
     "resume_run",
     "run_ended",
     "runs_dir",
     "scan_runs",
     "truncate_log",
     "write_record",
+    "add_all_clients_to_record",
 ]
 
 #: the committed records of ended runs, one folder per script (``--records``);
@@ -59,6 +71,14 @@ CURVE_KEYS = (
     "bytes_down",
     "epsilon",
 )
+
+
+#: a run's state after its best validation window's last round (runs with early stopping)
+BEST = "best.pt"
+#: every client measured on the best-validation state (:func:`evaluate_all_clients`)
+ALL_CLIENTS = "all_clients.json"
+#: the metrics a replay must reproduce, round for round, before its state stands for the run's
+REPLAY_KEYS = ("train_loss", "accuracy", "accuracy_before", "val_accuracy", "val_accuracy_before")
 
 
 def runs_dir(*parts: str) -> Path:
@@ -83,6 +103,7 @@ def resume_run(
     one row per round (rows past the checkpoint are dropped on resume: the rounds replay);
     ``spent.json`` the wall seconds spent over every invocation; ``summary.json`` the engine's
     summary. A run stops cleanly at the first checkpoint after ``deadline`` (a ``time.time()``).
+    With early stopping, :data:`BEST` holds the state after each new best window's last round.
 
     A round whose training loss is NaN or infinite ends the run as the sweeps' trainable does
     (sweeps/trainable.py): checkpointed there, its summary carrying ``diverged_round``, never
@@ -120,6 +141,8 @@ def resume_run(
             if loss is not None and not math.isfinite(loss):
                 diverged = result.round
                 marker.write_text(json.dumps({"round": diverged, "train_loss": jsonable(loss)}))
+            if engine.early_stopping_metric is not None and engine.best_round == result.round:
+                engine.save_checkpoint(run_dir / BEST)  # a new best window ends here
             stop = engine.finished or result.round == until_round or diverged is not None
             if result.round % checkpoint_every == 0 or stop:
                 engine.save_checkpoint(ckpt)
@@ -149,6 +172,94 @@ def run_ended(engine: Any, summary: dict[str, Any]) -> bool:
     return bool(engine.finished) or summary.get("diverged_round") is not None
 
 
+def replay_best(cfg: Any, run_dir: Path, *, checkpoint_every: int, deadline: float) -> Path | None:
+    """:data:`BEST` for an ended run with early stopping that has none (it ended before runs
+    kept one): the run is replayed from round 0 to its ``best_round`` in ``run_dir/replay``
+    (resumable, like :func:`resume_run`: None while the replay has not got there by
+    ``deadline``), and its logged rows of the best window's rounds (the last 10 up to the best
+    round) must equal the run's own in :data:`REPLAY_KEYS` (to 1e-9): the engine's draws are
+    derived from (seed, round, client), so the same code on the same kind of machine replays a
+    run exactly. The replay's state then becomes ``best.pt`` and its folder goes.
+
+    Raises:
+        ValueError: the run has no ``best_round`` (no early stopping, or not ended).
+        RuntimeError: the replay differs from the run (another machine, or changed code): the
+            replay folder stays for a look, and nothing stands for the run's best state.
+    """
+    import shutil
+
+    best_file = run_dir / BEST
+    if best_file.is_file():
+        return best_file
+    summary = json.loads((run_dir / "summary.json").read_text())
+    best = summary.get("best_round")
+    if best is None:
+        raise ValueError(f"{run_dir.name} has no best_round to replay to")
+    replay = run_dir / "replay"
+    engine, _, _ = resume_run(
+        cfg, replay, checkpoint_every=checkpoint_every, deadline=deadline, until_round=int(best)
+    )
+    if engine.round < int(best):
+        return None
+    own = _rows_by_round(run_dir / "metrics.jsonl")
+    again = _rows_by_round(replay / "metrics.jsonl")
+    for r in range(max(1, int(best) - 9), int(best) + 1):
+        for key in REPLAY_KEYS:
+            a, b = own.get(r, {}).get(key), again.get(r, {}).get(key)
+            same = (a is None and b is None) or (
+                a is not None and b is not None and math.isclose(a, b, rel_tol=0, abs_tol=1e-9)
+            )
+            if not same:
+                raise RuntimeError(
+                    f"the replay of {run_dir.name} differs from the run at round {r}: {key} "
+                    f"{b} against {a} (another machine or changed code?); {replay} is kept"
+                )
+    (replay / "checkpoint.pt").replace(best_file)
+    shutil.rmtree(replay)
+    return best_file
+
+
+def _rows_by_round(log: Path) -> dict[int, dict[str, Any]]:
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return {int(r["round"]): r for r in rows}
+
+
+def evaluate_all_clients(cfg: Any, run_dir: Path) -> dict[str, Any] | None:
+    """Every client measured on the ended run's reported state (flcore's
+    ``Engine.evaluate_clients``): :data:`BEST` for a run with early stopping (its best window's
+    last round), else ``checkpoint.pt`` (its last round). Cached in :data:`ALL_CLIENTS` with
+    ``state`` (the file) and ``state_round``; None when the state is not there (an early-stopping
+    run that ended before runs kept ``best.pt``: :func:`replay_best` first)."""
+    import sys
+
+    from flcore.experiment import build_data, build_engine
+
+    target = run_dir / ALL_CLIENTS
+    if target.is_file():
+        return dict(json.loads(target.read_text()))
+    engine = build_engine(cfg, data=build_data(cfg))
+    state = run_dir / (BEST if engine.early_stopping_metric is not None else "checkpoint.pt")
+    if not state.is_file():
+        return None
+    engine.load_checkpoint(state)
+    print(
+        f"{run_dir.name}: every client ({engine.data.num_clients}) on {state.name} "
+        f"(round {engine.round})",
+        file=sys.stderr,
+        flush=True,
+    )
+    start = time.perf_counter()
+    out = engine.evaluate_clients()
+    doc = {
+        "state": state.name,
+        "state_round": engine.round,
+        "seconds": round(time.perf_counter() - start, 1),
+        **out,
+    }
+    _write_json(target, doc)
+    return doc
+
+
 def _short(value: Any) -> Any:
     """A metric as a record keeps it: floats to 6 significant digits, inf as "inf"."""
     if isinstance(value, float) and math.isfinite(value):
@@ -176,6 +287,27 @@ def write_record(path: Path, run_dir: Path, cfg: Any, seconds: float) -> None:
             "rows": [[_short(r.get(k)) for k in columns] for r in rows],
         },
     }
+    every = run_dir / ALL_CLIENTS
+    if every.is_file():
+        doc["all_clients"] = _record_all_clients(json.loads(every.read_text()))
+    _write_json(path, doc)
+
+
+def _record_all_clients(doc: dict[str, Any]) -> dict[str, Any]:
+    """What a record keeps of ``all_clients.json``: all but the per-client rows."""
+    return {k: _short(v) for k, v in doc.items() if k != "per_client"}
+
+
+def add_all_clients_to_record(path: Path, doc: dict[str, Any]) -> None:
+    """Add an all-client evaluation to an existing record that lacks it (the one thing added
+    to a record after its run ended: a measurement of the same ended run's best state)."""
+    record = json.loads(path.read_text())
+    if "all_clients" not in record:
+        record["all_clients"] = _record_all_clients(doc)
+        _write_json(path, record)
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n")

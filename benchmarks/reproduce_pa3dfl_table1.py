@@ -15,6 +15,15 @@ after that round). Per-round metrics go to ``metrics.jsonl``, the engine's summa
 ``benchmarks/records/pa3dfl/``, committed: see benchmarks/_runs.py); ``--summary`` reads the
 records beside OUT's folders. Needs flcore only (no Ray, MLflow or Optuna).
 
+An ended run is also measured on every client (``all_clients.json``, benchmarks/_runs.py
+``evaluate_all_clients``): its best-validation state (``best.pt``, the best window's last round)
+trains and evaluates each of the 100 clients as the next round would, nothing aggregated. The
+window's figure averages about 200 client evaluations of ten states, sampled clients only; this
+is one state, every client once, as a paper's mean over clients reads. ``--summary`` shows it
+beside the window's figure (the table's last column); ``--replay-best`` replays a run that ended
+before runs kept ``best.pt`` to its best round first (as long as the run took to get there);
+``--no-all-clients`` skips it.
+
 ``--ablation no-hn`` / ``--ablation flanc-dec`` runs Table 3's ablations of Pa3dFL (without
 the HN's aggregation of the personal parts; with FLANC's decomposition), labelled so, and
 compares their Hetero runs with Table 3's Fashion-MNIST figures (78.94, 84.58).
@@ -68,11 +77,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine  # noqa: E402
 from _runs import (  # noqa: E402
+    ALL_CLIENTS,
+    BEST,
+    add_all_clients_to_record,
     add_run_options,
+    evaluate_all_clients,
     execution_overrides,
     read_curve,
     record_file,
     records_dir,
+    replay_best,
     resume_run,
     run_ended,
     scan_runs,
@@ -168,6 +182,14 @@ def run_one(
     )
     comparable = is_comparable(cfg.rounds, args.label, args.set)
     metric = OURS_METRIC[method]
+    every = None
+    if run_ended(engine, summary) and summary.get("diverged_round") is None and args.all_clients:
+        if args.replay_best and engine.early_stopping_metric is not None:
+            replay_best(cfg, run_dir, checkpoint_every=args.checkpoint_every, deadline=deadline)
+        every = evaluate_all_clients(cfg, run_dir)
+        record = record_file(args, run_dir.name)
+        if every is not None and record is not None and record.is_file():
+            add_all_clients_to_record(record, every)
     return {
         "run": run_dir.name,
         "method": method,
@@ -186,6 +208,9 @@ def run_one(
         "accuracy_worst_width": _pct(summary.get("accuracy_worst_width")),
         "accuracy_before_worst_width": _pct(summary.get("accuracy_before_worst_width")),
         "global_accuracy": _pct(summary.get("global_accuracy")),
+        "all_clients": _pct(every.get(metric)) if every else None,
+        "all_clients_worst_width": _pct(every.get(f"{metric}_worst_width")) if every else None,
+        "all_clients_round": every.get("state_round") if every else None,
         "paper": paper_figure(method, setting, args.label),
         "comparable": comparable,
         "seconds": round(spent, 1),
@@ -231,6 +256,16 @@ def _has_curve(run: dict[str, Any]) -> bool:
     return bool((run.get("record") or {}).get("curve"))
 
 
+def all_clients(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The all-client evaluation of a run :func:`read_runs` found: its folder's
+    ``all_clients.json``, or its record's ``all_clients``; None if it has none."""
+    folder = run.get("folder")
+    if folder is not None:
+        file = Path(folder) / ALL_CLIENTS
+        return dict(json.loads(file.read_text())) if file.is_file() else None
+    return (run.get("record") or {}).get("all_clients")
+
+
 def _follows_rule(summary: dict[str, Any], method: str) -> bool:
     """Whether a run's own summary was chosen by the summary's rule (metric and window)."""
     start, end = summary.get("best_window_start"), summary.get("best_round")
@@ -248,8 +283,9 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
     for r in runs:
         groups.setdefault((r["method"], r["setting"], r["label"], r["rounds"]), []).append(r)
     lines = [
-        "| method | setting | rounds | seeds | ours (metric) | paper | difference | worst width |",
-        "|---|---|---|---|---|---|---|---|",
+        "| method | setting | rounds | seeds | ours (metric) | paper | difference | worst width "
+        "| all clients, best state (worst width) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     order = {m: i for i, m in enumerate(METHODS)}
     for (method, setting, label, rounds), group in sorted(
@@ -295,10 +331,23 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
             else "-"
         )
         name = f"{method} ({label})" if label else method
+        every = [
+            e for g in group if (e := all_clients(g)) is not None and e.get(metric) is not None
+        ]
+        every_cell = seed_cell([100 * e[metric] for e in every])
+        if every:
+            worst_every = [
+                100 * e[f"{metric}_worst_width"]
+                for e in every
+                if e.get(f"{metric}_worst_width") is not None
+            ]
+            every_cell += f" ({seed_cell(worst_every)})" if worst_every else ""
+            if len(every) < len(group):
+                every_cell += f", {len(every)} of {len(group)} seeds"
         lines.append(
             f"| {name} | {setting} | {rounds} (ran {', '.join(map(str, done))}) | {len(group)} "
             f"| {seed_cell(ours)} ({metric}) | {paper if paper is not None else '-'} | {diff} "
-            f"| {seed_cell(worst)} |"
+            f"| {seed_cell(worst)} | {every_cell} |"
         )
     return "\n".join(lines)
 
@@ -356,6 +405,18 @@ def main(argv: list[str] | None = None) -> None:
         "pa3dfl",
         rounds_help="rounds per run (default: the config's 500)",
         summary_help="print the markdown table of OUT",
+    )
+    ap.add_argument(
+        "--no-all-clients",
+        dest="all_clients",
+        action="store_false",
+        help=f"skip measuring every client on an ended run's best state ({ALL_CLIENTS})",
+    )
+    ap.add_argument(
+        "--replay-best",
+        action="store_true",
+        help=f"replay an ended run that has no {BEST} (it ended before runs kept one) from "
+        "round 0 to its best round, resumably, to measure every client on that state",
     )
     ap.add_argument(
         "--ablation",

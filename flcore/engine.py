@@ -33,6 +33,7 @@ validation metrics for more than 0.2R rounds"), on when ``early_stopping_metric`
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Iterator
@@ -428,6 +429,84 @@ class Engine:
             out[f"best_{self.early_stopping_metric}"] = self.best_value
         for probe in self.probes:
             out.update(probe.summary(self))
+        return out
+
+    def evaluate_clients(self, client_ids: list[int] | None = None) -> dict[str, Any]:
+        """Every client's accuracies from the current state (or those of ``client_ids``): each
+        runs the evaluated local update that round ``self.round + 1`` would run for it (its
+        broadcast, its private state, its local stream), and nothing is aggregated.
+
+        A round's accuracies are means over its sampled clients (a fifth of them under
+        Pa3dFL's protocol), so a run's figure is a mean over a window of rounds (the module
+        docstring); this measures all of them on one state, as a paper's final "mean test
+        accuracy over clients" does. The engine is left as it was: the algorithm's state is
+        restored from a copy (its checkpoint contract), the clients train on copies of their
+        states, and nothing is logged, counted or checkpointed. Like every round's client
+        accuracies, the figures sit outside any privacy accounting (nothing is released).
+
+        Returns ``clients`` (how many), ``round`` (the round whose streams they used), the
+        means over clients of :data:`CLIENT_ACCURACIES` and :data:`VAL_ACCURACIES` (each over
+        the clients reporting it), under a capacity setting the per-cluster means and worst
+        cluster (``accuracy_width_<p>``, ``accuracy_worst_width``, ...), and ``per_client``:
+        one row per client (``client`` and its accuracies, with ``width`` under a capacity
+        setting).
+
+        Raises ValueError for an algorithm whose clients do not measure themselves (the meta
+        family's server adapts on every client already) or that is not server-based, and for
+        an unknown client id.
+        """
+        alg = self.algorithm
+        if alg.topology != "server" or not alg.client_evaluation:
+            raise ValueError(
+                f"{alg.name} ({alg.topology}) measures its clients on the server "
+                "(evaluate_server): there is no per-client evaluation to run"
+            )
+        n = self.data.num_clients
+        ids = list(range(n)) if client_ids is None else sorted({int(c) for c in client_ids})
+        bad = [c for c in ids if not 0 <= c < n]
+        if bad or not ids:
+            raise ValueError(f"client ids must be in [0, {n}), got {bad or 'none'}")
+        r = self.round + 1
+        saved = copy.deepcopy(alg.state_dict())
+        executor = make_executor(
+            self.factory, self.data, self.workers, self.device, self.executor, self.executor_chunk
+        )
+        try:
+            alg.begin_round(r, ids)
+            tasks = [
+                ClientTask(
+                    cid,
+                    r,
+                    alg.broadcast(r, cid),
+                    copy.deepcopy(self.client_states[cid]),
+                    True,
+                    self.seed,
+                )
+                for cid in ids
+            ]
+            results = sorted(executor.map(tasks), key=lambda res: res.client_id)
+        except BaseException:
+            if hasattr(executor, "terminate"):
+                executor.terminate()
+            raise
+        else:
+            executor.close()
+        finally:
+            alg.load_state_dict(saved)
+        keys = (*CLIENT_ACCURACIES, *VAL_ACCURACIES)
+        rows = []
+        for res in results:
+            row: dict[str, Any] = {"client": res.client_id}
+            if alg.capacity is not None:
+                row["width"] = alg.capacity.width(res.client_id)
+            row.update({k: float(res.metrics[k]) for k in keys if k in res.metrics})
+            rows.append(row)
+        out: dict[str, Any] = {"clients": len(rows), "round": r}
+        for key in keys:
+            out[key] = _mean([row[key] for row in rows if key in row])
+        widths = self._width_metrics([(row["client"], 0.0, 0.0, row) for row in rows], True)
+        out.update({k: v for k, v in widths.items() if not k.startswith("bytes_")})
+        out["per_client"] = rows
         return out
 
     def client_costs(self) -> dict[int, dict[str, Any]]:

@@ -75,6 +75,10 @@ def test_a_tiny_run_stops_resumes_ends_and_summarises(data_root: Path, tmp_path:
     assert 0 <= second["accuracy"] <= 100 and second["accuracy_worst_width"] <= 100
     assert second["best_round"] in (1, 2) and second["ours_metric"] == "accuracy"
     assert third == second  # an ended run is only read back (its seconds too)
+    assert first["all_clients"] is None  # not ended: nothing measured on every client
+    # the ended run, measured on every client at its best window's last round
+    assert 0 <= second["all_clients"] <= 100 and second["all_clients_round"] == second["best_round"]
+    assert second["all_clients_worst_width"] <= second["all_clients"]
 
     run_dir = out / "hetero-local-tiny-r2-s0"
     rounds = [json.loads(line)["round"] for line in (run_dir / "metrics.jsonl").open()]
@@ -85,6 +89,9 @@ def test_a_tiny_run_stops_resumes_ends_and_summarises(data_root: Path, tmp_path:
     assert record["summary"] == json.loads((run_dir / "summary.json").read_text())
     assert record["config"]["capacity"]["name"] == "uniform" and record["config"]["rounds"] == 2
     assert [row[0] for row in record["curve"]["rows"]] == [1, 2]
+    every = json.loads((run_dir / "all_clients.json").read_text())
+    assert every["clients"] == 4 and every["state"] == "best.pt"
+    assert record["all_clients"]["accuracy"] == pytest.approx(every["accuracy"], rel=1e-5)
 
     def summary(out_dir: Path) -> str:
         return subprocess.run(
@@ -99,6 +106,7 @@ def test_a_tiny_run_stops_resumes_ends_and_summarises(data_root: Path, tmp_path:
     assert cells[1:4] == ["hetero", "2 (ran 2)", "1"]
     assert cells[4] == f"{second['accuracy']:.2f} (accuracy)"
     assert cells[5] == "74.98" and cells[6] == "n/a (not the paper's setting)"
+    assert cells[8] == f"{second['all_clients']:.2f} ({second['all_clients_worst_width']:.2f})"
     # with the run folder gone (a new machine), its record gives the same table
     assert summary(tmp_path / "elsewhere") == table
 
@@ -184,7 +192,12 @@ def test_the_summary_rescores_every_run_by_the_window_rule_from_its_curve() -> N
     # the same run under the rule keeps its own worst-width cell
     summary |= {"best_round": 29, "best_window_start": 20, "best_val_accuracy": 0.8}
     row = next(line for line in table([run]).splitlines() if line.startswith("| pa3dfl"))
-    assert row.rstrip(" |").endswith("70.00")
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[7] == "70.00" and cells[8] == "-"  # no all-client evaluation in the record
+    # a record with its all-client evaluation shows it, worst cluster in brackets
+    record["all_clients"] = {"accuracy": 0.8123, "accuracy_worst_width": 0.61}
+    row = next(line for line in table([run]).splitlines() if line.startswith("| pa3dfl"))
+    assert row.strip("|").split("|")[8].strip() == "81.23 (61.00)"
     # a global-model method is chosen on the validation accuracy of the model it deploys
     assert rescore(curve, "fedavg") is None  # no accuracy_before logged in this curve
 

@@ -61,3 +61,65 @@ def test_a_run_leaves_its_record_only_once_it_has_ended(tiny_config: dict, tmp_p
     columns, rows = doc["curve"]["columns"], doc["curve"]["rows"]
     assert columns[:3] == ["round", "train_loss", "accuracy"] and [r[0] for r in rows] == [1, 2]
     assert doc["machine"]["cpus"] >= 1
+
+
+def test_best_state_all_clients_and_replay(data_root: Path, tmp_path: Path) -> None:
+    """A run with early stopping keeps its best window's state; every client is measured on it;
+    a run without best.pt replays to its best round and must match its own log."""
+    import pytest
+    import torch
+    from _runs import (
+        ALL_CLIENTS,
+        BEST,
+        add_all_clients_to_record,
+        evaluate_all_clients,
+        replay_best,
+    )
+
+    from flcore.config import load_config
+    from flcore.engine import checkpoint_round
+
+    configs = Path(__file__).resolve().parents[2] / "sweeps" / "configs" / "pa3dfl"
+    config = configs / "fmnist_hetero_local.yaml"
+    over = [f"data_root={data_root}", "num_clients=5", "samples_per_client=50",
+            "local_epochs=1", "rounds=6", "seed=0", "workers=1"]  # fmt: skip
+    cfg = load_config(config, over)
+    run_dir, record = tmp_path / "run", tmp_path / "records" / "run.json"
+    kwargs = {"checkpoint_every": 10, "deadline": time.time() + 600}
+    engine, summary, _ = resume_run(cfg, run_dir, record=record, **kwargs)
+    assert run_ended(engine, summary)
+    best = summary["best_round"]
+    assert checkpoint_round(run_dir / BEST) == best
+
+    doc = evaluate_all_clients(cfg, run_dir)
+    assert doc is not None and doc["clients"] == 5 and len(doc["per_client"]) == 5
+    assert (doc["state"], doc["state_round"]) == (BEST, best)
+    assert 0 <= doc["accuracy"] <= 1 and doc["accuracy_worst_width"] <= doc["accuracy"]
+    assert evaluate_all_clients(cfg, run_dir) == json.loads((run_dir / ALL_CLIENTS).read_text())
+    add_all_clients_to_record(record, doc)
+    kept = json.loads(record.read_text())["all_clients"]
+    assert kept["accuracy"] == pytest.approx(doc["accuracy"], rel=1e-5)
+    assert "per_client" not in kept
+
+    # a run that ended before runs kept best.pt: replayed to its best round, the same state
+    original = torch.load(run_dir / BEST, weights_only=False)
+    (run_dir / BEST).unlink()
+    assert evaluate_all_clients(cfg, run_dir / "none") is None  # no state, nothing measured
+    replayed = replay_best(cfg, run_dir, **kwargs)
+    assert replayed == run_dir / BEST and not (run_dir / "replay").exists()
+    again = torch.load(replayed, weights_only=False)
+    assert again["round"] == best
+    for key, value in original["client_states"][0].items():
+        assert torch.equal(value, again["client_states"][0][key])
+
+    # a replay that does not reproduce the run's log stands for nothing
+    (run_dir / BEST).unlink()
+    log = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    for row in rows:
+        if row["round"] == best:
+            row["train_loss"] += 0.5
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(RuntimeError, match=f"differs from the run at round {best}: train_loss"):
+        replay_best(cfg, run_dir, **kwargs)
+    assert not (run_dir / BEST).exists() and (run_dir / "replay").is_dir()
