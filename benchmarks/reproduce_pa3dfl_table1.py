@@ -356,19 +356,26 @@ def _seeds(n: int) -> str:
     return f"{n} seed" if n == 1 else f"{n} seeds"
 
 
-def width_table(runs: list[dict[str, Any]], setting: str = "hetero") -> str:
+def width_table(
+    runs: list[dict[str, Any]], setting: str = "hetero", every_client: bool = False
+) -> str:
     """Markdown: each capacity cluster's accuracy (the deployed model's, :data:`OURS_METRIC`)
     for every method's runs of ``setting`` whose summary followed the window rule
     (:func:`_follows_rule`): one column per (method, label, rounds) with its seed count, one row
     per width, means over the seeds whose draw has that width (a capacity-unaware method's
     seeds may have trained different widths: FedAvg's min_i p_i). The paper reports none; it
     shows who a method serves well (Pa3dFL's narrowest clients against FedAvg's,
-    BENCHMARKS.md). Empty when no run qualifies."""
+    BENCHMARKS.md). ``every_client``: the clusters of each run's all-client evaluation
+    (:func:`all_clients`) instead, for the runs that have one. Empty when no run qualifies."""
     columns: dict[tuple[str, str, int], dict[float, list[float]]] = {}
     seeds: dict[tuple[str, str, int], set[int]] = {}
     for r in runs:
         method, summary = r["method"], r["summary"]
-        if r["setting"] != setting or not _follows_rule(summary, method):
+        if every_client:
+            summary = all_clients(r) or {}
+        if r["setting"] != setting or not (
+            summary if every_client else _follows_rule(summary, method)
+        ):
             continue
         prefix = f"{OURS_METRIC[method]}_width_"
         column = (method, r["label"], r["rounds"])
@@ -438,6 +445,10 @@ def main(argv: list[str] | None = None) -> None:
         widths = width_table(runs)
         if widths:
             print("\nEach capacity cluster's accuracy (deployed model, runs under the rule):\n")
+            print(widths)
+        widths = width_table(runs, every_client=True)
+        if widths:
+            print("\nThe same, every client on the run's best-validation state (all_clients):\n")
             print(widths)
         return
     missing = [

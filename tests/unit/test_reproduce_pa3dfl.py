@@ -235,3 +235,13 @@ def test_the_width_table_shows_each_cluster_of_runs_under_the_rule() -> None:
     assert rows["0.5"][0].startswith("92.00") and rows["0.5"][1] == "89.00"  # seeds' mean
     assert "9" not in rows  # FedAvg deploys the received model: after training is not read
     assert width_table([r for r in runs if r["setting"] == "ideal"]) == ""
+    # every client on the best state: the clusters of the runs' all-client evaluations
+    assert width_table(runs, every_client=True) == ""  # none has one
+    runs[2]["record"] = {"all_clients": {"accuracy_width_0.125": 0.7, "accuracy_width_0.5": 0.88}}
+    runs[3]["record"] = {"all_clients": {"accuracy_width_0.125": 0.6}}  # any rule: one state
+    lines = width_table(runs, every_client=True).splitlines()
+    assert lines[0] == "| width (hetero) | pa3dfl (r500, 2 seeds) |"
+    rows = {
+        c[0]: c[1:] for c in ([x.strip() for x in ln.strip("|").split("|")] for ln in lines[2:])
+    }
+    assert rows["0.125"][0].startswith("65.00 ±") and rows["0.5"] == ["88.00"]
