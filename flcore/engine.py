@@ -33,6 +33,7 @@ validation metrics for more than 0.2R rounds"), on when ``early_stopping_metric`
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
@@ -209,10 +210,7 @@ class Engine:
         )
         if self.finished:
             return
-        executor = make_executor(
-            self.factory, self.data, self.workers, self.device, self.executor, self.executor_chunk
-        )
-        try:
+        with self._executor() as executor:
             while not self.finished:
                 result = self._one_round(executor, self.round + 1)
                 self.round += 1
@@ -220,6 +218,16 @@ class Engine:
                 self._track_validation(result)
                 self.callbacks.on_round_end(result)
                 yield result
+
+    @contextlib.contextmanager
+    def _executor(self) -> Iterator[Any]:
+        """The run's executor, closed after the work, or terminated when it fails or is
+        abandoned (a closed round generator included)."""
+        executor = make_executor(
+            self.factory, self.data, self.workers, self.device, self.executor, self.executor_chunk
+        )
+        try:
+            yield executor
         except BaseException:
             if hasattr(executor, "terminate"):
                 executor.terminate()
@@ -468,29 +476,21 @@ class Engine:
             raise ValueError(f"client ids must be in [0, {n}), got {bad or 'none'}")
         r = self.round + 1
         saved = copy.deepcopy(alg.state_dict())
-        executor = make_executor(
-            self.factory, self.data, self.workers, self.device, self.executor, self.executor_chunk
-        )
         try:
-            alg.begin_round(r, ids)
-            tasks = [
-                ClientTask(
-                    cid,
-                    r,
-                    alg.broadcast(r, cid),
-                    copy.deepcopy(self.client_states[cid]),
-                    True,
-                    self.seed,
-                )
-                for cid in ids
-            ]
-            results = sorted(executor.map(tasks), key=lambda res: res.client_id)
-        except BaseException:
-            if hasattr(executor, "terminate"):
-                executor.terminate()
-            raise
-        else:
-            executor.close()
+            with self._executor() as executor:
+                alg.begin_round(r, ids)
+                tasks = [
+                    ClientTask(
+                        cid,
+                        r,
+                        alg.broadcast(r, cid),
+                        copy.deepcopy(self.client_states[cid]),
+                        True,
+                        self.seed,
+                    )
+                    for cid in ids
+                ]
+                results = sorted(executor.map(tasks), key=lambda res: res.client_id)
         finally:
             alg.load_state_dict(saved)
         keys = (*CLIENT_ACCURACIES, *VAL_ACCURACIES)
