@@ -63,15 +63,20 @@ def _same(a: object, b: object) -> bool:
     return True
 
 
-@pytest.mark.parametrize("method", ["fedavg", "ditto", "pa3dfl"])
+@pytest.mark.parametrize(
+    ("method", "executor"),
+    [("fedavg", "loop"), ("ditto", "loop"), ("pa3dfl", "loop"), ("fjord", "vectorized")],
+)
 def test_all_clients_equal_the_next_full_round_and_nothing_changes(
-    method: str, data_root: Path
+    method: str, executor: str, data_root: Path
 ) -> None:
     """With every client in every round, the evaluation of all clients is the next round's
     client evaluation, value for value; and the engine's next round is what it would have been
-    without the evaluation (state, client states and metrics)."""
-    over = _over(data_root, 1.0)
+    without the evaluation (state, client states and metrics). The engine's own executor runs
+    the clients (the vectorized one too)."""
+    over = [*_over(data_root, 1.0), f"executor={executor}"]
     engine, twin = _engine(method, over), _engine(method, over)
+    assert engine.executor == executor
     for e in (engine, twin):
         next(e.iter_rounds())
     before = copy.deepcopy((engine.algorithm.state_dict(), engine.client_states))
