@@ -253,6 +253,13 @@ class EarlyStoppingConfig(_Strict):
         description="evaluation rounds the tracked value averages; the run then reports its "
         "best window's mean accuracies (flcore.engine)",
     )
+    report: Literal["window", "all_clients"] = Field(
+        "window",
+        description="what the run reports as its best-validation model's accuracies: the best "
+        "window's means over the clients each round sampled (window), or every client measured "
+        "once on the state the best window ended with (all_clients: the engine keeps that "
+        "state, in memory and in checkpoints, and measures it when the run ends)",
+    )
 
 
 #: the symbolic attacked rounds, resolved per run against its ``rounds`` (see
@@ -623,10 +630,13 @@ VALIDATION_METRICS = ("val_accuracy", "val_accuracy_before")
 
 def check_early_stopping(cfg: ExperimentConfig) -> None:
     """Refuse ``cfg.early_stopping`` where the run would have nothing to stop on: it needs the
-    clients' validation records (``client_split`` with ``val > 0``) and a validation metric.
+    clients' validation records (``client_split`` with ``val > 0``) and a validation metric;
+    ``report: all_clients`` needs an algorithm whose clients measure themselves (a server-based
+    one, not the meta family's server evaluation nor a walk).
 
     Raises:
-        ConfigError: naming ``early_stopping`` (or ``early_stopping.metric``).
+        ConfigError: naming ``early_stopping`` (or ``early_stopping.metric``,
+        ``early_stopping.report``).
     """
     es = cfg.early_stopping
     if es is None:
@@ -642,6 +652,21 @@ def check_early_stopping(cfg: ExperimentConfig) -> None:
             "needs validation records: set client_split with val > 0 "
             "(e.g. {train: 0.8, val: 0.1, test: 0.1}), or remove early_stopping",
         )
+    if es.report == "all_clients":
+        from flcore.algorithms import ALGORITHMS
+
+        alg = ALGORITHMS.get(cfg.algorithm) if cfg.algorithm in ALGORITHMS else None
+        if alg is not None and (alg.topology != "server" or not alg.client_evaluation):
+            how = (
+                "its server measures every client already"
+                if alg.topology == "server"
+                else f"its clients are visited by a {alg.topology}, not a round"
+            )
+            raise ConfigError(
+                "early_stopping.report",
+                f"all_clients runs each client's evaluated local update once more; "
+                f"{cfg.algorithm} has none ({how}): use report: window",
+            )
 
 
 def _check_capacity(cfg: ExperimentConfig, c: CapacityConfig) -> None:

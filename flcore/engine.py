@@ -28,7 +28,15 @@ validation metrics for more than 0.2R rounds"), on when ``early_stopping_metric`
   cluster's over the window's rounds that sampled it; ``*_worst_width`` the lowest of those
   means), beside ``rounds_completed``, ``best_round``, ``best_window_start``,
   ``early_stopped`` (1.0 / 0.0) and ``best_<metric>``. Cumulative totals (bytes, seconds,
-  epsilon) are those of every round actually run. Checkpoints carry this state.
+  epsilon) are those of every round actually run. Checkpoints carry this state;
+- with ``early_stopping_report="all_clients"`` the engine also keeps the state the best window
+  ended with (the algorithm's and every client's, a copy taken after each new best round, in
+  memory and in checkpoints), and once the run has ended the summary reports that state
+  measured on every client instead of the window's means: each client runs the evaluated local
+  update the next round would run for it (:meth:`Engine.evaluate_clients`), and
+  ``global_accuracy`` is the server's evaluation of that state. The summary then carries
+  ``evaluated_clients`` (how many clients were measured); :meth:`Engine.best_state_evaluation`
+  gives the per-client rows. The measurement runs once (cached, and checkpointed).
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import contextlib
 import copy
 import math
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -121,6 +130,8 @@ class Engine:
             ``rounds`` (Pa3dFL: 0.2).
         early_stopping_window: the measured rounds the tracked value averages (1: each round
             alone; see the module docstring).
+        early_stopping_report: ``window`` (the best window's means) or ``all_clients``
+            (the best window's final state measured on every client; see the module docstring).
         executor: ``loop`` (clients one by one, in process or a pool), ``vectorized`` (a
             round's clients as one batched computation, flcore.vectorized) or ``auto`` (see
             :func:`~flcore.executor.resolve_executor`).
@@ -145,6 +156,7 @@ class Engine:
         early_stopping_metric: str | None = None,
         early_stopping_patience: float = 0.2,
         early_stopping_window: int = 1,
+        early_stopping_report: str = "window",
         executor: str = "loop",
         executor_chunk: int | None = None,
     ) -> None:
@@ -159,6 +171,11 @@ class Engine:
             )
         if early_stopping_window < 1:
             raise ValueError(f"early_stopping_window must be >= 1, got {early_stopping_window!r}")
+        if early_stopping_report not in ("window", "all_clients"):
+            raise ValueError(
+                "early_stopping_report must be 'window' or 'all_clients', "
+                f"got {early_stopping_report!r}"
+            )
         self.factory = factory
         self.data = data
         self.rounds = rounds
@@ -188,6 +205,10 @@ class Engine:
         self.best_round: int | None = None  # the round that measured it (its window's last)
         self.stopped_early = False
         self._measured: list[tuple[int, float]] = []  # (round, value) of each measuring round
+        self.early_stopping_report = early_stopping_report
+        # report all_clients: the state after the best round, and its measurement once taken
+        self._best_state: dict[str, Any] | None = None
+        self._best_evaluation: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
@@ -216,8 +237,26 @@ class Engine:
                 self.round += 1
                 self.history.append(result)
                 self._track_validation(result)
+                if self._keeps_best_state and self.best_round == result.round:
+                    self._best_state = self._snapshot()
                 self.callbacks.on_round_end(result)
                 yield result
+
+    @property
+    def _keeps_best_state(self) -> bool:
+        return (
+            self.early_stopping_metric is not None and self.early_stopping_report == "all_clients"
+        )
+
+    def _snapshot(self) -> dict[str, Any]:
+        """A copy of the state the next round starts from (algorithm and clients)."""
+        return copy.deepcopy(
+            {
+                "round": self.round,
+                "algorithm": self.algorithm.state_dict(),
+                "client_states": self.client_states,
+            }
+        )
 
     @contextlib.contextmanager
     def _executor(self) -> Iterator[Any]:
@@ -380,7 +419,9 @@ class Engine:
         """Final metrics: the last evaluated round's accuracies and the cumulative totals.
 
         With early stopping, the accuracies are those of the best-validation round instead (the
-        means over the best window's rounds when the window is longer than 1), and
+        means over the best window's rounds when the window is longer than 1, or with
+        ``early_stopping_report="all_clients"`` every client's on the state the best window
+        ended with, plus ``evaluated_clients``: :meth:`best_state_evaluation`), and
         ``rounds_completed``, ``best_round``, ``best_window_start``, ``early_stopped`` and
         ``best_<metric>`` are added (see the module docstring)."""
         last_eval = next((h for h in reversed(self.history) if h.evaluated), None)
@@ -418,6 +459,15 @@ class Engine:
                 cluster = [v for k, v in width_keys.items() if k.startswith(f"{key}_width_")]
                 if cluster:
                     width_keys[f"{key}_worst_width"] = min(v for v in cluster if v is not None)
+        evaluation = self.best_state_evaluation()
+        if evaluation is not None:  # every client on the best state (module docstring)
+            client_accs = {k: evaluation.get(k) for k in CLIENT_ACCURACIES}
+            width_keys = {
+                k: v
+                for k, v in evaluation.items()
+                if k.startswith(CLIENT_ACCURACIES) and "_width" in k
+            }
+            global_acc = evaluation["global_accuracy"]
         out = {
             **client_accs,
             **width_keys,
@@ -435,6 +485,8 @@ class Engine:
             out["best_window_start"] = window[0] if window else None
             out["early_stopped"] = 1.0 if self.stopped_early else 0.0
             out[f"best_{self.early_stopping_metric}"] = self.best_value
+            if evaluation is not None:
+                out["evaluated_clients"] = evaluation["clients"]
         for probe in self.probes:
             out.update(probe.summary(self))
         return out
@@ -509,6 +561,36 @@ class Engine:
         out["per_client"] = rows
         return out
 
+    def best_state_evaluation(self) -> dict[str, Any] | None:
+        """Under ``early_stopping_report="all_clients"``, once the run has ended: the state the
+        best window ended with, measured on every client (:meth:`evaluate_clients`'s figures,
+        ``per_client`` included, from the streams of the round after the best) and by the
+        server (``global_accuracy``, None where the algorithm has no global model). Measured
+        once and kept; the engine's own state is left as it was.
+
+        None under ``report: window``, before the run has ended, or without a best round (no
+        validation measured)."""
+        if not (self._keeps_best_state and self.finished and self._best_state is not None):
+            return None
+        if self._best_evaluation is None:
+            best = self._best_state
+            now_round, now_clients = self.round, self.client_states
+            now_algorithm = copy.deepcopy(self.algorithm.state_dict())
+            try:
+                self.round = int(best["round"])
+                self.algorithm.load_state_dict(copy.deepcopy(best["algorithm"]))
+                self.client_states = best["client_states"]
+                out = self.evaluate_clients()
+                server = self.algorithm.evaluate_server(
+                    self.data, copy.deepcopy(self.client_states), torch.device(self.device)
+                )
+                out["global_accuracy"] = server.get("global_accuracy")
+            finally:
+                self.round, self.client_states = now_round, now_clients
+                self.algorithm.load_state_dict(now_algorithm)
+            self._best_evaluation = out
+        return self._best_evaluation
+
     def client_costs(self) -> dict[int, dict[str, Any]]:
         """Per client under a capacity setting: its capacity ratio and width, and the
         parameters, FLOPs of one training batch and peak memory of one training step of the
@@ -569,6 +651,9 @@ class Engine:
                 "best_value": self.best_value,
                 "best_round": self.best_round,
                 "stopped_early": self.stopped_early,
+                "report": self.early_stopping_report,
+                "best_state": self._best_state,
+                "best_evaluation": self._best_evaluation,
             },
         }
 
@@ -603,6 +688,18 @@ class Engine:
             self.best_value = stopping["best_value"]
             self.best_round = stopping["best_round"]
             self.stopped_early = bool(stopping["stopped_early"])
+        self._best_state = self._best_evaluation = None
+        if same and self._keeps_best_state and stopping.get("report") == "all_clients":
+            assert stopping is not None
+            self._best_state = stopping.get("best_state")
+            self._best_evaluation = stopping.get("best_evaluation")
+        if self._keeps_best_state and self._best_state is None and self.best_round is not None:
+            warnings.warn(
+                f"the checkpoint (round {self.round}) holds no best-validation state (it was "
+                f"written under early_stopping.report: window): unless a later round improves "
+                f"on round {self.best_round}, the run reports its best window's means",
+                stacklevel=2,
+            )
 
     def save_checkpoint(self, path: str | Path) -> Path:
         """Write the state to ``path`` atomically (a crash never leaves a half file)."""

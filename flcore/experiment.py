@@ -356,6 +356,7 @@ def build_engine(
         early_stopping_metric=cfg.early_stopping.metric if cfg.early_stopping else None,
         early_stopping_patience=cfg.early_stopping.patience if cfg.early_stopping else 0.2,
         early_stopping_window=cfg.early_stopping.window if cfg.early_stopping else 1,
+        early_stopping_report=cfg.early_stopping.report if cfg.early_stopping else "window",
         executor=cfg.executor,
         executor_chunk=cfg.executor_chunk,
     )

@@ -49,7 +49,9 @@ def run_experiment(
     The data is built before the MLflow run is created, so a missing dataset writes nothing;
     an ``early_stopping`` without validation records is refused before that. A run that early
     stopping ends before ``cfg.rounds`` ends normally (FINISHED), its summary that of its
-    best-validation round with ``rounds_completed``, ``best_round`` and ``early_stopped``.
+    best-validation round with ``rounds_completed``, ``best_round`` and ``early_stopped``
+    (with ``early_stopping.report: all_clients``, every client on that state, with the
+    per-client rows as the artifact ``all_clients.json``).
     """
     check_early_stopping(cfg)
     data = build_data(cfg)
@@ -98,6 +100,7 @@ def run_experiment(
     tracker.set_tags({f"partition.{k}": str(v) for k, v in overlap.items()} | privacy_tags)
     tracker.log_artifact(metrics_path)
     summary = {**summary, **_log_client_costs(engine, run_dir, tracker)}
+    _log_best_state_evaluation(engine, run_dir, tracker)
     _log_embeddings(engine, cfg, run_dir, tracker)
     tracker.set_tags(attack_tags(summary, engine))
     grid = grid_png(engine, run_dir / ATTACK_GRID_DIR)
@@ -130,6 +133,20 @@ def _log_client_costs(engine: Engine, run_dir: Path, tracker: Any) -> dict[str, 
     metrics = engine.cost_metrics()
     tracker.log_summary(metrics, step=engine.round)
     return metrics
+
+
+def _log_best_state_evaluation(engine: Engine, run_dir: Path, tracker: Any) -> None:
+    """Under ``early_stopping.report: all_clients``: every client's accuracies on the best
+    state (the summary's means come from these rows) as ``all_clients.json``."""
+    evaluation = engine.best_state_evaluation()
+    if evaluation is None:
+        return
+    import json
+
+    path = run_dir / "all_clients.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(evaluation, indent=1))
+    tracker.log_artifact(path)
 
 
 def _log_embeddings(engine: Any, cfg: ExperimentConfig, run_dir: Path, tracker: Any) -> None:

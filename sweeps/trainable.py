@@ -16,8 +16,9 @@ inf training loss; the trial ends there), or an objective still NaN. A seed's ru
 its last round by the config's ``early_stopping`` (Pa3dFL's protocol, not a scheduler's
 pruning): once every seed's run has ended, ``rounds_total`` is ``rounds_completed`` (the trial is
 COMPLETE), and the client accuracies reported are each seed's best-validation round's
-(their best window's means with ``early_stopping.window``; :meth:`flcore.engine.Engine.summary`),
-with ``best_round``. ``privacy_tags`` is the
+(their best window's means with ``early_stopping.window``, or with ``early_stopping.report:
+all_clients`` every client on the state the best window ended with, and ``evaluated_clients``;
+:meth:`flcore.engine.Engine.summary`), with ``best_round``. ``privacy_tags`` is the
 algorithm's :meth:`~flcore.algorithms.base.Algorithm.privacy_tags` (the driver tags the child run
 with each). A checkpoint holds every seed's whole engine state.
 """
@@ -217,7 +218,8 @@ class FLTrainable(tune.Trainable):
                 del latest[key]
             for key, value in summary.items():
                 selected = key.startswith(CLIENT_ACCURACIES) or key == "global_accuracy"
-                if (selected or key == "best_round") and value is not None:
+                kept = selected or key in ("best_round", "evaluated_clients")
+                if kept and value is not None:
                     latest[key] = value
 
     def _attack_grid(self) -> str | None:
