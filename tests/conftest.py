@@ -77,6 +77,61 @@ _LONG_FIRST = (
 )
 
 
+@pytest.fixture
+def trial_steps(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Steps a sweep trainable in this process to its end: ``run(config, max_steps=N,
+    **setup_kwargs)`` returns the trainable and its reports. No Ray runtime is needed: a
+    report's node id is the only thing a step reads from one."""
+    from types import SimpleNamespace
+
+    from sweeps import trainable
+
+    node = SimpleNamespace(get_node_id=lambda: "node")
+    monkeypatch.setattr(trainable.ray, "get_runtime_context", lambda: node)
+
+    def run(config: dict[str, Any], *, max_steps: int, **setup: Any) -> tuple[Any, list]:
+        t = trainable.FLTrainable.__new__(trainable.FLTrainable)
+        t.setup(config, **setup)
+        reports: list[dict[str, Any]] = []
+        while not (reports and reports[-1]["done"]):
+            reports.append(t.step())
+            assert len(reports) <= max_steps, "the trial did not end"
+        return t, reports
+
+    return run
+
+
+@pytest.fixture
+def fedsweep_run() -> Any:
+    """``fedsweep run CONFIG --json`` in a subprocess: ``run(raw_config, cwd)`` writes the
+    config under ``cwd``, runs it there (MLflow in ``cwd``'s sqlite file, whatever the
+    environment says) and returns the parsed summary; a failed run fails the test."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    exe = str(Path(sys.executable).parent / "fedsweep")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+
+    def run(raw: dict[str, Any], cwd: Path) -> dict[str, Any]:
+        cfg = cwd / "exp.yaml"
+        cfg.write_text(yaml.safe_dump(raw))
+        out = subprocess.run(
+            [exe, "run", str(cfg), "--json"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env | {"MLFLOW_DISABLE_TELEMETRY": "true"},
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout)
+
+    return run
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Integration tests first (the longest files first), then the unit and contract tests, which
     fill the other workers meanwhile; the order is the same in every xdist worker."""

@@ -5,18 +5,13 @@ sweep trainable and `fedsweep run`)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from flcore.callbacks import Callback, RoundResult
 from flcore.config import load_config, validate_config
@@ -26,7 +21,6 @@ from flcore.errors import ConfigError
 from flcore.experiment import build_data, build_engine
 
 ROOT = Path(__file__).resolve().parents[2]
-FEDSWEEP = str(Path(sys.executable).parent / "fedsweep")
 TIMING = {"seconds", "bytes_up", "bytes_down"}
 
 
@@ -84,6 +78,16 @@ class _SaveBest(Callback):
     def on_round_end(self, result: RoundResult) -> None:
         if self.engine.best_round == result.round:
             self.engine.save_checkpoint(self.path)
+
+
+def _run_to(engine: Engine, round: int) -> Engine:
+    """``engine`` after the end of ``round``."""
+    rounds = engine.iter_rounds()
+    for result in rounds:
+        if result.round == round:
+            break
+    rounds.close()
+    return engine
 
 
 def _leaves(state: Any, prefix: str = "") -> dict[str, Any]:
@@ -156,12 +160,7 @@ def test_a_checkpoint_carries_the_best_state_and_its_measurement(
     whole = _engine(raw, data)
     expected = whole.run()
 
-    first = _engine(raw, data)
-    rounds = first.iter_rounds()
-    for result in rounds:
-        if result.round == 4:
-            break
-    rounds.close()
+    first = _run_to(_engine(raw, data), 4)
     assert first.best_round is not None and first.best_round <= 4
     mid = first.save_checkpoint(tmp_path / "mid.pt")
     resumed = _engine(raw, data)
@@ -183,23 +182,13 @@ def test_a_checkpoint_carries_the_best_state_and_its_measurement(
 def test_a_window_checkpoint_resumed_under_all_clients_says_what_it_lacks(
     raw: dict[str, Any], data: FederatedData, tmp_path: Path
 ) -> None:
-    first = _engine(_window(raw), data)
-    rounds = first.iter_rounds()
-    for result in rounds:
-        if result.round == 3:
-            break
-    rounds.close()
+    first = _run_to(_engine(_window(raw), data), 3)
     path = first.save_checkpoint(tmp_path / "ckpt.pt")
     resumed = _engine(raw, data)
     with pytest.warns(UserWarning, match="holds no best-validation state"):
         resumed.load_checkpoint(path)
     # and a checkpoint of its own rule loads silently
-    own = _engine(raw, data)
-    rounds = own.iter_rounds()
-    for result in rounds:
-        if result.round == 3:
-            break
-    rounds.close()
+    own = _run_to(_engine(raw, data), 3)
     own.save_checkpoint(tmp_path / "own.pt")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -223,25 +212,17 @@ def test_all_clients_is_refused_where_clients_do_not_measure_themselves() -> Non
 
 
 def test_the_sweep_trainable_reports_every_client_on_the_best_state(
-    raw: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    raw: dict[str, Any], trial_steps: Any
 ) -> None:
-    from sweeps import trainable
-
-    node = SimpleNamespace(get_node_id=lambda: "node")  # no Ray runtime needed for a step
-    monkeypatch.setattr(trainable.ray, "get_runtime_context", lambda: node)
-    t = trainable.FLTrainable.__new__(trainable.FLTrainable)
-    t.setup(
+    t, reports = trial_steps(
         {"algorithm": "fedavg"},
+        max_steps=8,
         base=validate_config(raw).model_dump(mode="json"),
         seeds=[3],
         rounds_per_step=4,
         objectives=["accuracy"],
         fills={},
     )
-    reports = []
-    while not (reports and reports[-1]["done"]):
-        reports.append(t.step())
-        assert len(reports) <= 8
     last, engine = reports[-1], t.engines[0]
     evaluation = engine.best_state_evaluation()
     assert evaluation is not None
@@ -251,20 +232,10 @@ def test_the_sweep_trainable_reports_every_client_on_the_best_state(
     assert "evaluated_clients" not in reports[0]
 
 
-def test_fedsweep_run_logs_every_clients_rows(raw: dict[str, Any], tmp_path: Path) -> None:
-    cfg = tmp_path / "exp.yaml"
-    cfg.write_text(yaml.safe_dump(raw | {"output_dir": "runs"}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    out = subprocess.run(
-        [FEDSWEEP, "run", str(cfg), "--json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env | {"MLFLOW_DISABLE_TELEMETRY": "true"},
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    doc = json.loads(out.stdout)
+def test_fedsweep_run_logs_every_clients_rows(
+    raw: dict[str, Any], tmp_path: Path, fedsweep_run: Any
+) -> None:
+    doc = fedsweep_run(raw | {"output_dir": "runs"}, tmp_path)
     assert doc["evaluated_clients"] == 4
     rows = json.loads((tmp_path / "runs" / doc["run_id"] / "all_clients.json").read_text())
     assert rows["clients"] == 4 and len(rows["per_client"]) == 4

@@ -4,19 +4,13 @@ what it reports, checkpoints, the refusal without validation records, the sweep 
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
 import pytest
 import torch
-import yaml
 
 from flcore.callbacks import Callback
 from flcore.config import validate_config
@@ -25,7 +19,6 @@ from flcore.engine import CLIENT_ACCURACIES, Engine, window_mean
 from flcore.errors import ConfigError
 from flcore.experiment import build_data, build_engine
 
-FEDSWEEP = str(Path(sys.executable).parent / "fedsweep")
 ROUNDS, PATIENCE = 20, 0.1  # stop once 2 rounds pass without a gain (round - best > 2)
 
 
@@ -176,27 +169,19 @@ def test_early_stopping_without_validation_records_is_refused_before_any_work(
 
 
 def test_the_sweep_trainable_ends_an_early_stopped_run_complete(
-    es_config: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    es_config: dict[str, Any], trial_steps: Any
 ) -> None:
-    from sweeps import trainable
     from sweeps.search import OutcomeRule
 
-    # no Ray runtime here: the report's node id is the only thing it reads from one
-    node = SimpleNamespace(get_node_id=lambda: "node")
-    monkeypatch.setattr(trainable.ray, "get_runtime_context", lambda: node)
-    t = trainable.FLTrainable.__new__(trainable.FLTrainable)
-    t.setup(
+    t, reports = trial_steps(
         {"algorithm": "local"},
+        max_steps=ROUNDS,
         base=validate_config(es_config).model_dump(mode="json"),
         seeds=[3],
         rounds_per_step=4,
         objectives=["accuracy"],
         fills={},
     )
-    reports = []
-    while not (reports and reports[-1]["done"]):
-        reports.append(t.step())
-        assert len(reports) <= ROUNDS  # it ends
     last, engine = reports[-1], t.engines[0]
     assert engine.stopped_early
     assert last["rounds_completed"] == last["rounds_total"] == engine.round < ROUNDS
@@ -231,7 +216,7 @@ def test_a_global_model_reports_the_best_rounds_global_accuracy(
 
 
 def test_fedsweep_run_ends_an_early_stopped_run_finished(
-    es_config: dict[str, Any], tmp_path: Path
+    es_config: dict[str, Any], tmp_path: Path, fedsweep_run: Any
 ) -> None:
     # a step size whose validation accuracy peaks early: 6 rounds, stop once 1.2 rounds pass
     # without a gain
@@ -241,19 +226,7 @@ def test_fedsweep_run_ends_an_early_stopped_run_finished(
         "early_stopping": {"metric": "val_accuracy", "patience": 0.2},
         "output_dir": "runs",
     }
-    cfg = tmp_path / "exp.yaml"
-    cfg.write_text(yaml.safe_dump(raw))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    out = subprocess.run(
-        [FEDSWEEP, "run", str(cfg), "--json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env | {"MLFLOW_DISABLE_TELEMETRY": "true"},
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    doc = json.loads(out.stdout)
+    doc = fedsweep_run(raw, tmp_path)
     assert doc["early_stopped"] == 1.0
     assert doc["rounds_completed"] < 6 and doc["rounds_completed"] == doc["best_round"] + 2
     rows = pd.read_parquet(doc["metrics_path"]).set_index("round")
