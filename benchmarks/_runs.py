@@ -293,16 +293,28 @@ def write_record(path: Path, run_dir: Path, cfg: Any, seconds: float) -> None:
     _write_json(path, doc)
 
 
+#: what a record keeps of each per-client row of ``all_clients.json`` (enough to pair two
+#: methods' clients: benchmarks/reproduce_pa3dfl_table1.py ``paired_table``)
+PER_CLIENT_KEYS = ("client", "width", "accuracy", "accuracy_before")
+
+
 def _record_all_clients(doc: dict[str, Any]) -> dict[str, Any]:
-    """What a record keeps of ``all_clients.json``: all but the per-client rows."""
-    return {k: _short(v) for k, v in doc.items() if k != "per_client"}
+    """What a record keeps of ``all_clients.json``: its means, and per client only
+    :data:`PER_CLIENT_KEYS`."""
+    out = {k: _short(v) for k, v in doc.items() if k != "per_client"}
+    if "per_client" in doc:
+        out["per_client"] = [
+            {k: _short(row[k]) for k in PER_CLIENT_KEYS if k in row} for row in doc["per_client"]
+        ]
+    return out
 
 
 def add_all_clients_to_record(path: Path, doc: dict[str, Any]) -> None:
-    """Add an all-client evaluation to an existing record that lacks it (the one thing added
-    to a record after its run ended: a measurement of the same ended run's best state)."""
+    """Add an all-client evaluation to an existing record that lacks it, or its per-client
+    rows to a record that kept only the means (the one thing added to a record after its run
+    ended: a measurement of the same ended run's best state)."""
     record = json.loads(path.read_text())
-    if "all_clients" not in record:
+    if "per_client" not in record.get("all_clients", {}):
         record["all_clients"] = _record_all_clients(doc)
         _write_json(path, record)
 

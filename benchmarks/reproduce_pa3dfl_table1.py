@@ -22,7 +22,10 @@ window's figure averages about 200 client evaluations of ten states, sampled cli
 is one state, every client once, as a paper's mean over clients reads. ``--summary`` shows it
 beside the window's figure (the table's last column); ``--replay-best`` replays a run that ended
 before runs kept ``best.pt`` to its best round first (as long as the run took to get there);
-``--no-all-clients`` skips it.
+``--no-all-clients`` skips it. Beneath the tables ``--summary`` pairs Pa3dFL with every other
+method client by client, run against run of the same seed (the same capacity draw and test
+records): mean difference, clients ahead / level / behind, sign and Wilcoxon tests
+(``paired_table``), the test of Table 1's Hetero ordering that one seed allows.
 
 ``--ablation no-hn`` / ``--ablation flanc-dec`` runs Table 3's ablations of Pa3dFL (without
 the HN's aggregation of the personal parts; with FLANC's decomposition), labelled so, and
@@ -403,6 +406,75 @@ def width_table(
     return "\n".join(lines)
 
 
+#: the method whose Table 1 ordering :func:`paired_table` tests (the paper's Hetero column:
+#: Pa3dFL above FedAvg, HeteroFL and FLANC; FjORD above Pa3dFL)
+PAIRED_ANCHOR = "pa3dfl"
+
+
+def _per_client(run: dict[str, Any]) -> dict[int, tuple[float | None, float]] | None:
+    """A run's per-client (width, deployed accuracy) on its best state, or None."""
+    rows = (all_clients(run) or {}).get("per_client")
+    metric = OURS_METRIC[run["method"]]
+    if not rows:
+        return None
+    return {int(r["client"]): (r.get("width"), float(r[metric])) for r in rows if metric in r}
+
+
+def paired_table(runs: list[dict[str, Any]], anchor: str = PAIRED_ANCHOR) -> str:
+    """Markdown: ``anchor``'s deployed model against each other method's, client by client.
+
+    Two runs pair when they share the setting and seed (so the capacity draw and every
+    client's test records) and both measured every client on their best state
+    (``per_client`` rows of :func:`all_clients`; a pair whose clients' widths differ is left
+    out). Per pair, in points of :data:`OURS_METRIC` each: the mean difference over clients,
+    the clients ahead / level / behind, the two-sided sign test's p (ahead against behind)
+    and the Wilcoxon signed-rank test's p (zero differences dropped). The tests take the two
+    trained models as given: a small p says the gap is not the test records' noise, not that
+    another training seed would keep it. Empty when no pair exists."""
+    from scipy.stats import binomtest, wilcoxon
+
+    measured = [(r, rows) for r in runs if (rows := _per_client(r))]
+    lines = []
+    order = {m: i for i, m in enumerate(METHODS)}
+    for a, rows_a in measured:
+        if a["method"] != anchor or a["label"]:
+            continue
+        others = sorted(
+            (
+                (b, rows_b)
+                for b, rows_b in measured
+                if (b["setting"], b["seed"]) == (a["setting"], a["seed"])
+                and (b["method"], b["label"]) != (anchor, "")
+            ),
+            key=lambda br: (order[br[0]["method"]], br[0]["label"], br[0]["rounds"]),
+        )
+        for b, rows_b in others:
+            clients = sorted(rows_a.keys() & rows_b.keys())
+            if not clients or any(rows_a[c][0] != rows_b[c][0] for c in clients):
+                continue
+            # to 1e-3 points: a record's 6 digits and a folder's full floats tie alike
+            diffs = [round(100 * (rows_a[c][1] - rows_b[c][1]), 3) for c in clients]
+            ahead = sum(d > 0 for d in diffs)
+            behind = sum(d < 0 for d in diffs)
+            sign = binomtest(ahead, ahead + behind).pvalue if ahead + behind else math.nan
+            ranks = wilcoxon(diffs).pvalue if ahead + behind else math.nan
+            name = f"{b['method']} ({b['label']})" if b["label"] else b["method"]
+            lines.append(
+                f"| {a['setting']} | {a['seed']} | {anchor} (r{a['rounds']}) "
+                f"| {name} (r{b['rounds']}) | {len(clients)} | {statistics.fmean(diffs):+.2f} "
+                f"| {ahead} / {len(clients) - ahead - behind} / {behind} "
+                f"| {sign:.3g} | {ranks:.3g} |"
+            )
+    if not lines:
+        return ""
+    head = [
+        f"| setting | seed | {anchor} | against | clients | mean difference (points) "
+        "| ahead / level / behind | sign test p | Wilcoxon p |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    return "\n".join(head + lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
@@ -450,6 +522,13 @@ def main(argv: list[str] | None = None) -> None:
         if widths:
             print("\nThe same, every client on the run's best-validation state (all_clients):\n")
             print(widths)
+        paired = paired_table(runs)
+        if paired:
+            print(
+                f"\n{PAIRED_ANCHOR} against each method, client by client (same seed, so the "
+                "same capacity draw and test records; every client on each run's best state):\n"
+            )
+            print(paired)
         return
     missing = [
         str(config_path(s, m))

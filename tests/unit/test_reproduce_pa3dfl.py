@@ -245,3 +245,51 @@ def test_the_width_table_shows_each_cluster_of_runs_under_the_rule() -> None:
         c[0]: c[1:] for c in ([x.strip() for x in ln.strip("|").split("|")] for ln in lines[2:])
     }
     assert rows["0.125"][0].startswith("65.00 ±") and rows["0.5"] == ["88.00"]
+
+
+def test_the_paired_table_compares_clients_of_the_same_draw() -> None:
+    import runpy
+
+    paired_table = runpy.run_path(str(SCRIPT), run_name="reproduce")["paired_table"]
+
+    def run(method: str, seed: int, accs: list[float], widths: list[float], **kw: str) -> dict:
+        metric = "accuracy_before" if method == "fedavg" else "accuracy"
+        rows = [
+            {"client": c, "width": w, metric: a, "accuracy" if metric != "accuracy"
+             else "accuracy_before": 0.0}
+            for c, (a, w) in enumerate(zip(accs, widths, strict=True))
+        ]  # fmt: skip
+        return {"setting": "hetero", "method": method, "label": kw.get("label", ""),
+                "rounds": 500, "seed": seed, "summary": {},
+                "record": {"all_clients": {"per_client": rows}}}  # fmt: skip
+
+    widths = [0.125, 0.5, 0.5, 1.0, 1.0, 1.0]
+    pa = [0.80, 0.90, 0.95, 0.90, 0.85, 0.90]
+    fa = [0.90, 0.90, 0.85, 0.95, 0.95, 0.95]  # Pa3dFL: 1 ahead, 1 level, 4 behind
+    runs = [
+        run("pa3dfl", 0, pa, widths),
+        run("fedavg", 0, fa, widths),
+        run("fedavg", 1, fa, widths),  # another seed: no pair
+        run("fjord", 0, fa, [1.0] * 6),  # another capacity draw: no pair
+        run("pa3dfl", 0, fa, widths, label="no-hn"),  # an ablation pairs with Pa3dFL
+    ]
+    lines = paired_table(runs).splitlines()
+    assert len(lines) == 4
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    fedavg, ablation = cells
+    assert fedavg[:5] == ["hetero", "0", "pa3dfl (r500)", "fedavg (r500)", "6"]
+    diffs = [100 * (a - b) for a, b in zip(pa, fa, strict=True)]
+    assert fedavg[5] == f"{sum(diffs) / 6:+.2f}" == "-3.33"
+    assert fedavg[6] == "1 / 1 / 4"
+    # sign test: 1 of 5 non-zero differences ahead, two-sided: 2 x 6/32
+    assert float(fedavg[7]) == pytest.approx(0.375, abs=1e-3)
+    from scipy.stats import wilcoxon
+
+    assert float(fedavg[8]) == pytest.approx(wilcoxon(diffs).pvalue, rel=1e-2)
+    assert ablation[3] == "pa3dfl (no-hn) (r500)" and ablation[6] == "1 / 1 / 4"
+    # a record keeps 6 digits of each accuracy, a run folder full floats: the same table
+    noisy = [run("pa3dfl", 0, [a + 3e-7 for a in pa], widths), *runs[1:]]
+    assert paired_table(noisy) == "\n".join(lines)
+    # no run measured on every client, or only the anchor: nothing to pair
+    assert paired_table([runs[0]]) == ""
+    assert paired_table([r | {"record": {}} for r in runs]) == ""

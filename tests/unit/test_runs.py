@@ -96,10 +96,22 @@ def test_best_state_all_clients_and_replay(data_root: Path, tmp_path: Path) -> N
     assert (doc["state"], doc["state_round"]) == (BEST, best)
     assert 0 <= doc["accuracy"] <= 1 and doc["accuracy_worst_width"] <= doc["accuracy"]
     assert evaluate_all_clients(cfg, run_dir) == json.loads((run_dir / ALL_CLIENTS).read_text())
+    # an older record kept the means only: the per-client rows are added to it
+    old = json.loads(record.read_text())
+    old["all_clients"] = {"accuracy": doc["accuracy"]}
+    record.write_text(json.dumps(old))
     add_all_clients_to_record(record, doc)
     kept = json.loads(record.read_text())["all_clients"]
     assert kept["accuracy"] == pytest.approx(doc["accuracy"], rel=1e-5)
-    assert "per_client" not in kept
+    # per client what pairs two methods' clients, nothing more
+    assert [set(r) for r in kept["per_client"]] == [
+        {"client", "width", "accuracy", "accuracy_before"}
+    ] * 5
+    assert [r["client"] for r in kept["per_client"]] == list(range(5))
+    for mine, full in zip(kept["per_client"], doc["per_client"], strict=True):
+        assert mine["accuracy"] == pytest.approx(full["accuracy"], rel=1e-5)
+    add_all_clients_to_record(record, {"accuracy": 0.0})  # a record with rows is final
+    assert json.loads(record.read_text())["all_clients"] == kept
 
     # a run that ended before runs kept best.pt: replayed to its best round, the same state
     original = torch.load(run_dir / BEST, weights_only=False)
