@@ -109,6 +109,11 @@ def resume_run(
     (sweeps/trainable.py): checkpointed there, its summary carrying ``diverged_round``, never
     resumed (``diverged.json`` marks the folder), instead of training on NaN weights to the end.
 
+    A run that stopped early under the rule it ran with stays ended, whatever the config's rule
+    says now (an early-stopping window added since would let it go on: it would then be another
+    run, trained partly under other code): its checkpoint is read, no round runs, and its own
+    ``summary.json`` is returned unchanged.
+
     Once the run has ended (its last round, its early stop or its divergence, now or before), its
     record goes to the file ``record`` when given and not yet written (:func:`write_record`).
     Returns the engine, its summary and the seconds spent.
@@ -118,13 +123,20 @@ def resume_run(
 
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt, log = run_dir / "checkpoint.pt", run_dir / "metrics.jsonl"
-    spent_file = run_dir / "spent.json"
+    spent_file, summary_file = run_dir / "spent.json", run_dir / "summary.json"
     engine = build_engine(cfg, data=build_data(cfg))
     spent = 0.0
+    ended_before: dict[str, Any] | None = None
     if ckpt.is_file():
         engine.load_checkpoint(ckpt)
         spent = float(json.loads(spent_file.read_text())["seconds"])
         truncate_log(log, engine.round)
+        before = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+        if before.get("early_stopped") == 1.0 and not engine.finished:
+            # it stopped under the rule it ran with, and the config's rule (an early-stopping
+            # window added since) would go on: an ended run stays ended, its summary its own
+            engine.stopped_early = True
+            ended_before = before
     elif log.is_file():
         log.unlink()  # rounds logged before a first checkpoint that never came
     start = time.perf_counter()
@@ -153,12 +165,13 @@ def resume_run(
         rounds.close()
     if spent_file.is_file():  # every way out of the loop above passes a checkpoint first
         spent = float(json.loads(spent_file.read_text())["seconds"])
-    summary = engine.summary()
-    if diverged is not None:
-        summary["diverged_round"] = diverged
-    (run_dir / "summary.json").write_text(
-        json.dumps({k: jsonable(v) for k, v in summary.items()}, indent=1)
-    )
+    if ended_before is not None:
+        summary = ended_before
+    else:
+        summary = engine.summary()
+        if diverged is not None:
+            summary["diverged_round"] = diverged
+        summary_file.write_text(json.dumps({k: jsonable(v) for k, v in summary.items()}, indent=1))
     # an ended run never changes: its first record stays (with the machine that ran it, also
     # when the folder was brought home from a GPU and is read back here)
     if record is not None and (engine.finished or diverged is not None) and not record.is_file():

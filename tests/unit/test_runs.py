@@ -135,3 +135,34 @@ def test_best_state_all_clients_and_replay(data_root: Path, tmp_path: Path) -> N
     with pytest.raises(RuntimeError, match=f"differs from the run at round {best}: train_loss"):
         replay_best(cfg, run_dir, **kwargs)
     assert not (run_dir / BEST).exists() and (run_dir / "replay").is_dir()
+
+
+def test_a_run_that_stopped_under_its_rule_stays_ended_under_a_new_one(
+    data_root: Path, tmp_path: Path
+) -> None:
+    """A run early-stopped before the configs gained a window: invoked again under the window
+    rule (which would let it go on) it trains nothing, keeps its summary and its log."""
+    from flcore.config import validate_config
+
+    raw = {
+        "experiment": "tests", "algorithm": "local", "dataset": "fmnist",
+        "data_root": str(data_root), "num_clients": 4, "samples_per_client": 100,
+        "client_split": {"train": 0.6, "val": 0.2, "test": 0.2}, "rounds": 20,
+        "local_epochs": 1, "batch_size": 20, "lr": 0.005, "seed": 3, "workers": 1,
+        "partition": {"name": "dominant", "s": 20},
+        "early_stopping": {"metric": "val_accuracy", "patience": 0.1},
+    }  # fmt: skip
+    run_dir = tmp_path / "run"
+    kwargs = {"checkpoint_every": 50, "deadline": time.time() + 600}
+    engine, summary, _ = resume_run(validate_config(raw), run_dir, **kwargs)
+    assert engine.stopped_early and engine.round < 20  # the premise: it stopped early
+    log = (run_dir / "metrics.jsonl").read_text()
+    saved = (run_dir / "summary.json").read_text()
+
+    window = raw | {"early_stopping": {"metric": "val_accuracy", "patience": 1.0, "window": 3}}
+    again, summary_again, _ = resume_run(validate_config(window), run_dir, **kwargs)
+    assert again.round == engine.round and run_ended(again, summary_again)
+    assert (run_dir / "metrics.jsonl").read_text() == log
+    assert (run_dir / "summary.json").read_text() == saved
+    assert summary_again == json.loads(saved)
+    assert summary_again["best_round"] == summary["best_round"]
