@@ -53,6 +53,9 @@ class Callback:
     def on_run_end(self, summary: dict[str, float | None]) -> None:
         """After the last round, with the final summary metrics."""
 
+    def on_stage(self, message: str) -> None:
+        """A long step outside the rounds begins (measuring every client on the best state)."""
+
 
 class CallbackList(Callback):
     """Fans each event out to several callbacks, in order."""
@@ -71,3 +74,7 @@ class CallbackList(Callback):
     def on_run_end(self, summary: dict[str, float | None]) -> None:
         for cb in self.callbacks:
             cb.on_run_end(summary)
+
+    def on_stage(self, message: str) -> None:
+        for cb in self.callbacks:
+            cb.on_stage(message)

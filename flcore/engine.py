@@ -574,6 +574,10 @@ class Engine:
             return None
         if self._best_evaluation is None:
             best = self._best_state
+            self.callbacks.on_stage(
+                f"measuring every client ({self.data.num_clients}) on the state after round "
+                f"{best['round']}, the best validation window's last"
+            )
             now_round, now_clients = self.round, self.client_states
             now_algorithm = copy.deepcopy(self.algorithm.state_dict())
             try:

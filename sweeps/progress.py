@@ -62,6 +62,10 @@ class ProgressCallback(Callback):
             return
         self._progress.update(self._task, advance=1, acc=self._acc)
 
+    def on_stage(self, message: str) -> None:
+        if self.enabled:
+            self.console.print(message, highlight=False)
+
     def on_run_end(self, summary: dict[str, float | None]) -> None:
         self.close()
 

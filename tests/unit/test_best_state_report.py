@@ -103,6 +103,14 @@ def _leaves(state: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: state}
 
 
+class _Stages(Callback):
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def on_stage(self, message: str) -> None:
+        self.messages.append(message)
+
+
 def _strip(summary: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in summary.items() if k not in TIMING}
 
@@ -110,7 +118,8 @@ def _strip(summary: dict[str, Any]) -> dict[str, Any]:
 def test_the_best_state_is_measured_on_every_client(
     raw: dict[str, Any], data: FederatedData, tmp_path: Path
 ) -> None:
-    engine = _engine(raw, data)
+    stages = _Stages()
+    engine = _engine(raw, data, callbacks=[stages])
     saver = _SaveBest(tmp_path / "best.pt")
     twin = _engine(_window(raw), data, callbacks=[saver])
     saver.engine = twin
@@ -150,8 +159,12 @@ def test_the_best_state_is_measured_on_every_client(
     assert a.keys() == b.keys() and a
     for key, value in a.items():
         assert torch.equal(value, b[key]) if isinstance(value, torch.Tensor) else value == b[key]
-    # summaries are repeatable: measured once
+    # summaries are repeatable: measured once, and said so once (a progress line)
     assert engine.summary() == summary
+    assert stages.messages == [
+        f"measuring every client (4) on the state after round {summary['best_round']}, "
+        "the best validation window's last"
+    ]
 
 
 def test_a_checkpoint_carries_the_best_state_and_its_measurement(
