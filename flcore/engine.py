@@ -206,6 +206,12 @@ class Engine:
         self.stopped_early = False
         self._measured: list[tuple[int, float]] = []  # (round, value) of each measuring round
         self.early_stopping_report = early_stopping_report
+        alg = self.algorithm
+        if self._keeps_best_state and (alg.topology != "server" or not alg.client_evaluation):
+            raise ValueError(
+                f"early_stopping_report='all_clients' needs clients that measure themselves; "
+                f"{alg.name} ({alg.topology}) has no per-client evaluation to run"
+            )
         # report all_clients: the state after the best round, and its measurement once taken
         self._best_state: dict[str, Any] | None = None
         self._best_evaluation: dict[str, Any] | None = None

@@ -127,3 +127,12 @@ def test_a_walk_is_refused(data_root: Path) -> None:
     engine = build_engine(cfg, data=build_data(cfg))
     with pytest.raises(ValueError, match="measures its clients on the server"):
         engine.evaluate_clients()
+    # nor can a walk report every client on its best state: refused before any round
+    with pytest.raises(ValueError, match="all_clients"):
+        Engine(
+            engine.factory,
+            engine.data,
+            rounds=2,
+            early_stopping_metric="val_accuracy",
+            early_stopping_report="all_clients",
+        )
