@@ -51,7 +51,11 @@ Choices where the paper is silent, and deviations:
   widths of 3/16), so by default (``rank_p_min: grid``) p_min is that step: R1 is T/16 in every
   layer, half the paper's T/8 at Hetero's seed 0, and in Ideal, where every client has width 1
   and the paper's R1 is T (one V block a layer), sixteen blocks. ``rank_p_min: clients`` is the
-  paper's rule, refused where a width is no multiple of the narrowest; the Ideal config uses it.
+  paper's rule, refused where a width is no multiple of the narrowest. Both Table 1 configs use
+  ``grid``: under ``clients`` in Ideal (R1 = T, J = 1) the balanced step below trains each
+  conv's U and V at 4.3 x lr (1.1 x lr with J = 16), and at Table 7's lr 0.1 a client's
+  two-head loss went 4.25, 5.97, 7.61, 44.7, 4350, NaN in six steps of round 1 (seed 0,
+  client 20; BENCHMARKS.md, session 33).
 - Biases are personal: the layer's decoder generates them with V, pruned with their channels.
 - The hypernetwork: embeddings ``N x embed_dim`` drawn N(0, 1); the encoder is ``encoder_depth``
   linear layers ``embed_dim -> hidden_dim -> ... -> hidden_dim`` with ReLU between them (none after
