@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from flcore.algorithms.base import ClientData, ClientTask, tensor_bytes
@@ -32,6 +33,7 @@ from flcore.executor import client_generator
 from flcore.experiment import build_engine
 
 __all__ = [
+    "state_equal",
     "check_determinism",
     "check_checkpoint_round_trip",
     "check_checkpoint_changes_device",
@@ -54,13 +56,17 @@ def _comparable(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metrics.items() if "seconds" not in k}
 
 
-def _state_equal(a: Any, b: Any) -> bool:
+def state_equal(a: Any, b: Any) -> bool:
+    """Whether two nested states (dicts, lists, tuples of tensors, arrays and plain values) are
+    equal: the same structure, tensors and arrays equal element for element, NaN equal to NaN."""
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and np.array_equal(a, b)
     if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_state_equal(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(state_equal(a[k], b[k]) for k in a)
     if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(_state_equal(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(state_equal(x, y) for x, y in zip(a, b, strict=True))
     return a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
 
 
@@ -75,8 +81,8 @@ def check_determinism(cfg: ExperimentConfig, data: FederatedData) -> None:
     a, ea = _run(cfg, data)
     b, eb = _run(cfg, data)
     assert [_comparable(r.metrics) for r in a.rounds] == [_comparable(r.metrics) for r in b.rounds]
-    assert _state_equal(ea.algorithm.state_dict(), eb.algorithm.state_dict())
-    assert _state_equal(ea.client_states, eb.client_states)
+    assert state_equal(ea.algorithm.state_dict(), eb.algorithm.state_dict())
+    assert state_equal(ea.client_states, eb.client_states)
 
 
 def _resumed_after_one_round(
@@ -102,8 +108,8 @@ def check_checkpoint_round_trip(cfg: ExperimentConfig, data: FederatedData, path
     assert [_comparable(r.metrics) for r in rec.rounds] == [
         _comparable(r.metrics) for r in straight.rounds[1:]
     ]
-    assert _state_equal(resumed.algorithm.state_dict(), e_straight.algorithm.state_dict())
-    assert _state_equal(resumed.client_states, e_straight.client_states)
+    assert state_equal(resumed.algorithm.state_dict(), e_straight.algorithm.state_dict())
+    assert state_equal(resumed.client_states, e_straight.client_states)
 
 
 def _devices(state: Any) -> set[str]:
@@ -174,7 +180,7 @@ def check_worker_safety(cfg: ExperimentConfig, data: FederatedData) -> None:
     a = worker.local_update(cdata, task, client_generator(cfg.seed, 1, 0))
     b = server.algorithm.local_update(cdata, task, client_generator(cfg.seed, 1, 0))
     assert a.metrics == b.metrics
-    assert _state_equal(a.upload, b.upload)
+    assert state_equal(a.upload, b.upload)
 
 
 def check_reports(cfg: ExperimentConfig, data: FederatedData) -> None:
@@ -194,15 +200,15 @@ def check_evaluation_is_passive(cfg: ExperimentConfig, data: FederatedData) -> N
     quiet = ClientTask(task.client_id, task.round, task.payload, task.state, False, task.seed)
     a = server.factory().local_update(cdata, task, client_generator(cfg.seed, 1, 0))
     b = server.factory().local_update(cdata, quiet, client_generator(cfg.seed, 1, 0))
-    assert _state_equal(a.upload, b.upload), "evaluating changed the upload"
-    assert _state_equal(a.state, b.state), "evaluating changed the client's private state"
+    assert state_equal(a.upload, b.upload), "evaluating changed the upload"
+    assert state_equal(a.state, b.state), "evaluating changed the client's private state"
     if not server.algorithm.client_evaluation:  # the server evaluates every client instead
         assert not {"accuracy", "accuracy_before"} & (a.metrics.keys() | b.metrics.keys())
         before = server.algorithm.state_dict()
         server.algorithm.evaluate_server(
             server.data, server.client_states, torch.device(cfg.device)
         )
-        assert _state_equal(before, server.algorithm.state_dict()), "evaluation moved the server"
+        assert state_equal(before, server.algorithm.state_dict()), "evaluation moved the server"
         return
     assert {"accuracy", "accuracy_before"} <= a.metrics.keys()
     assert not {"accuracy", "accuracy_before"} & b.metrics.keys()

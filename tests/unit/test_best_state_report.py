@@ -19,6 +19,7 @@ from flcore.data import FederatedData
 from flcore.engine import CLIENT_ACCURACIES, Engine
 from flcore.errors import ConfigError
 from flcore.experiment import build_data, build_engine
+from flcore.testing.algorithm_contract import state_equal
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMING = {"seconds", "bytes_up", "bytes_down"}
@@ -90,19 +91,6 @@ def _run_to(engine: Engine, round: int) -> Engine:
     return engine
 
 
-def _leaves(state: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested state as ``path -> leaf``."""
-    if isinstance(state, dict):
-        return {
-            k: v for key, sub in state.items() for k, v in _leaves(sub, f"{prefix}/{key}").items()
-        }
-    if isinstance(state, list | tuple):
-        return {
-            k: v for i, sub in enumerate(state) for k, v in _leaves(sub, f"{prefix}/{i}").items()
-        }
-    return {prefix: state}
-
-
 class _Stages(Callback):
     def __init__(self) -> None:
         self.messages: list[str] = []
@@ -155,10 +143,7 @@ def test_the_best_state_is_measured_on_every_client(
 
     # the engine itself is left at its last round, as the twin is
     assert engine.round == twin.round
-    a, b = _leaves(engine.algorithm.state_dict()), _leaves(twin.algorithm.state_dict())
-    assert a.keys() == b.keys() and a
-    for key, value in a.items():
-        assert torch.equal(value, b[key]) if isinstance(value, torch.Tensor) else value == b[key]
+    assert state_equal(engine.algorithm.state_dict(), twin.algorithm.state_dict())
     # summaries are repeatable: measured once, and said so once (a progress line)
     assert engine.summary() == summary
     assert stages.messages == [

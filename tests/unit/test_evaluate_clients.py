@@ -4,16 +4,15 @@ Fashion-MNIST runs of Pa3dFL's configs; the engine is left exactly as it was."""
 from __future__ import annotations
 
 import copy
-import math
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from flcore.config import load_config
 from flcore.engine import Engine
 from flcore.experiment import build_data, build_engine
+from flcore.testing.algorithm_contract import state_equal
 
 ROOT = Path(__file__).resolve().parents[2]
 PA3DFL = ROOT / "sweeps" / "configs" / "pa3dfl"
@@ -29,38 +28,6 @@ def _over(data_root: Path, fraction: float) -> list[str]:
 def _engine(method: str, over: list[str]) -> Engine:
     cfg = load_config(PA3DFL / f"fmnist_hetero_{method}.yaml", over)
     return build_engine(cfg, data=build_data(cfg))
-
-
-def _flat(state: object, prefix: str = "") -> dict[str, object]:
-    """A nested state as ``path -> leaf`` (tensors and plain values)."""
-    if isinstance(state, dict):
-        out: dict[str, object] = {}
-        for k, v in state.items():
-            out.update(_flat(v, f"{prefix}/{k}"))
-        return out
-    if isinstance(state, list | tuple):
-        out = {}
-        for i, v in enumerate(state):
-            out.update(_flat(v, f"{prefix}/{i}"))
-        return out
-    return {prefix: state}
-
-
-def _same(a: object, b: object) -> bool:
-    fa, fb = _flat(a), _flat(b)
-    if fa.keys() != fb.keys():
-        return False
-    for k, va in fa.items():
-        vb = fb[k]
-        if isinstance(va, torch.Tensor):
-            if not (isinstance(vb, torch.Tensor) and torch.equal(va, vb)):
-                return False
-        elif isinstance(va, np.ndarray):
-            if not np.array_equal(va, vb):  # type: ignore[arg-type]
-                return False
-        elif va != vb and not (isinstance(va, float) and math.isnan(va) and math.isnan(vb)):  # type: ignore[arg-type]
-            return False
-    return True
 
 
 @pytest.mark.parametrize(
@@ -83,7 +50,7 @@ def test_all_clients_equal_the_next_full_round_and_nothing_changes(
 
     out = engine.evaluate_clients()
 
-    assert _same(before, (engine.algorithm.state_dict(), engine.client_states))
+    assert state_equal(before, (engine.algorithm.state_dict(), engine.client_states))
     assert engine.round == 1 and len(engine.history) == 1
     assert out["clients"] == 6 and out["round"] == 2
     rows = out["per_client"]
@@ -106,7 +73,7 @@ def test_all_clients_equal_the_next_full_round_and_nothing_changes(
         assert out[key] == pytest.approx(r2[key], abs=1e-12)
     for key in ("train_loss", "accuracy", "accuracy_before", "global_accuracy"):
         assert r2[key] == t2[key] or (r2[key] is None and t2[key] is None)
-    assert _same(engine.algorithm.state_dict(), twin.algorithm.state_dict())
+    assert state_equal(engine.algorithm.state_dict(), twin.algorithm.state_dict())
 
 
 def test_chosen_clients_and_refusals(data_root: Path) -> None:
