@@ -66,6 +66,8 @@ CURVE_KEYS = (
     "val_accuracy_before",
     "global_accuracy",
     "unseen_accuracy",
+    "test_loss",
+    "selected_alpha",
     "comm_units",
     "bytes_up",
     "bytes_down",
@@ -308,7 +310,7 @@ def write_record(path: Path, run_dir: Path, cfg: Any, seconds: float) -> None:
 
 #: what a record keeps of each per-client row of ``all_clients.json`` (enough to pair two
 #: methods' clients: benchmarks/reproduce_pa3dfl_table1.py ``paired_table``)
-PER_CLIENT_KEYS = ("client", "width", "accuracy", "accuracy_before")
+PER_CLIENT_KEYS = ("client", "width", "accuracy", "accuracy_before", "selected_alpha")
 
 
 def _record_all_clients(doc: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,9 @@ class RoundResult:
     ``bytes_up``, ``bytes_down``, ``seconds`` (the last three cumulative over the run), and the
     algorithm's privacy metrics
     (``epsilon``: inf without a DP mechanism, 0 for an algorithm that uploads nothing).
+    On evaluation rounds where the clients measure them: ``val_accuracy``,
+    ``val_accuracy_before`` and ``test_loss``; on every round the algorithm's
+    ``client_metrics`` (None where no client measured them).
     """
 
     round: int

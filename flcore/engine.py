@@ -64,6 +64,7 @@ __all__ = [
     "CHECKPOINT_VERSION",
     "CLIENT_ACCURACIES",
     "VAL_ACCURACIES",
+    "CLIENT_LOSSES",
     "checkpoint_round",
     "window_mean",
 ]
@@ -75,6 +76,9 @@ CHECKPOINT_VERSION = 1
 CLIENT_ACCURACIES = ("accuracy", "accuracy_before")
 #: the same on the clients' validation records, where they have some (a ``client_split``)
 VAL_ACCURACIES = ("val_accuracy", "val_accuracy_before")
+#: the clients' test loss after local training (Algorithm.client_eval), averaged like the
+#: accuracies on evaluation rounds where the clients measure it
+CLIENT_LOSSES = ("test_loss",)
 
 
 def _on_cpu(state: Any) -> Any:
@@ -336,7 +340,9 @@ class Engine:
             probe.before_round(self, r, tasks)
         probe_seconds = time.perf_counter() - probe_start
         bytes_up, losses, client_s = 0, [], []
-        accs: dict[str, list[float]] = {k: [] for k in (*CLIENT_ACCURACIES, *VAL_ACCURACIES)}
+        accs: dict[str, list[float]] = {
+            k: [] for k in (*CLIENT_ACCURACIES, *VAL_ACCURACIES, *CLIENT_LOSSES)
+        }
         extra: dict[str, list[float]] = {k: [] for k in alg.client_metrics}
         per_client: list[tuple[int, float, float, dict[str, float]]] = []
         down = {t.client_id: float(tensor_bytes(t.payload)) for t in tasks}
@@ -373,7 +379,11 @@ class Engine:
                 for k, v in accs.items()
                 if k in CLIENT_ACCURACIES
             },
-            **{k: _mean(v) for k, v in accs.items() if k in VAL_ACCURACIES and evaluate_now and v},
+            **{
+                k: _mean(v)
+                for k, v in accs.items()
+                if k in (*VAL_ACCURACIES, *CLIENT_LOSSES) and evaluate_now and v
+            },
             "global_accuracy": None,
             **server,
             "round_bytes_up": float(bytes_up),
@@ -511,8 +521,9 @@ class Engine:
         accuracies, the figures sit outside any privacy accounting (nothing is released).
 
         Returns ``clients`` (how many), ``round`` (the round whose streams they used), the
-        means over clients of :data:`CLIENT_ACCURACIES` and :data:`VAL_ACCURACIES` (each over
-        the clients reporting it), under a capacity setting the per-cluster means and worst
+        means over clients of :data:`CLIENT_ACCURACIES`, :data:`VAL_ACCURACIES`,
+        :data:`CLIENT_LOSSES` and the algorithm's ``client_metrics`` (each over the clients
+        reporting it), under a capacity setting the per-cluster means and worst
         cluster (``accuracy_width_<p>``, ``accuracy_worst_width``, ...), and ``per_client``:
         one row per client (``client`` and its accuracies, with ``width`` under a capacity
         setting).
@@ -551,7 +562,7 @@ class Engine:
                 results = sorted(executor.map(tasks), key=lambda res: res.client_id)
         finally:
             alg.load_state_dict(saved)
-        keys = (*CLIENT_ACCURACIES, *VAL_ACCURACIES)
+        keys = (*CLIENT_ACCURACIES, *VAL_ACCURACIES, *CLIENT_LOSSES, *alg.client_metrics)
         rows = []
         for res in results:
             row: dict[str, Any] = {"client": res.client_id}

@@ -9,8 +9,10 @@ to register itself to be held to them.
    that do not alias the worker's model, and is empty when ``uploads`` is False.
 4. Worker safety: ``local_update`` runs on a fresh instance that never saw ``init_server``
    (as in a spawned worker), given only the task the server built.
-5. Reports: every metric in ``reports`` is measured on an evaluation round, and
-   ``global_accuracy`` is None exactly when the algorithm does not report it.
+5. Reports: every metric in ``reports`` is measured on an evaluation round,
+   ``global_accuracy`` is None exactly when the algorithm does not report it, and every scalar
+   an evaluated client round returns is one the engine records (a key missing from
+   ``client_metrics`` would be measured and silently dropped).
 6. Evaluation is passive: the same client round with and without evaluation gives bitwise
    the same upload and private state (the before- and after-training evaluations draw no
    random numbers and touch no weights), and accuracies appear only when asked for.
@@ -28,7 +30,7 @@ from flcore.algorithms.base import ClientData, ClientTask, tensor_bytes
 from flcore.callbacks import Callback, RoundResult
 from flcore.config import ExperimentConfig
 from flcore.data import FederatedData
-from flcore.engine import Engine
+from flcore.engine import CLIENT_ACCURACIES, CLIENT_LOSSES, VAL_ACCURACIES, Engine
 from flcore.executor import client_generator
 from flcore.experiment import build_engine
 
@@ -192,6 +194,20 @@ def check_reports(cfg: ExperimentConfig, data: FederatedData) -> None:
         assert last.metrics.get(name) is not None, f"{name} is declared but not measured"
     if "global_accuracy" not in reports:
         assert last.metrics["global_accuracy"] is None
+    fresh = build_engine(cfg, data=data)
+    cdata, task = _one_task(fresh)
+    result = fresh.algorithm.local_update(cdata, task, client_generator(cfg.seed, 1, 0))
+    recorded = {
+        "train_loss",
+        *CLIENT_ACCURACIES,
+        *VAL_ACCURACIES,
+        *CLIENT_LOSSES,
+        *engine.algorithm.client_metrics,
+    }
+    dropped = sorted(result.metrics.keys() - recorded)
+    assert not dropped, f"a client round returns {dropped}, which the engine never records"
+    for key in engine.algorithm.client_metrics:
+        assert last.metrics.get(key) is not None, f"client metric {key} is not in the round"
 
 
 def check_evaluation_is_passive(cfg: ExperimentConfig, data: FederatedData) -> None:

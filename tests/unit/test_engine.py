@@ -198,3 +198,6 @@ def test_local_accuracy_before_is_last_rounds_model(tiny_config: dict) -> None:
 def test_accuracy_before_only_on_evaluation_rounds(tiny_config: dict) -> None:
     rec, _ = _run(tiny_config, rounds=3, eval_every=2)
     assert [r.metrics["accuracy_before"] is None for r in rec.rounds] == [True, False, False]
+    # the clients' test loss is logged where it is measured, and only there
+    assert ["test_loss" in r.metrics for r in rec.rounds] == [False, True, True]
+    assert all(r.metrics["test_loss"] > 0 for r in rec.rounds[1:])

@@ -57,7 +57,11 @@ def test_all_clients_equal_the_next_full_round_and_nothing_changes(
     assert [r["client"] for r in rows] == list(range(6))
     capacity = engine.algorithm.capacity
     assert capacity is not None
-    for key in ("accuracy", "accuracy_before", "val_accuracy", "val_accuracy_before"):
+    # the test loss and the algorithm's own client metrics (Pa3dFL's Algorithm 1 alpha) too
+    measured = ("accuracy", "accuracy_before", "val_accuracy", "val_accuracy_before", "test_loss")
+    extra = engine.algorithm.client_metrics
+    assert extra == (("selected_alpha",) if method == "pa3dfl" else ())
+    for key in (*measured, *extra):
         assert out[key] == pytest.approx(float(np.mean([r[key] for r in rows])), abs=1e-12)
     for width in capacity.levels:
         label = f"{width:.6g}"
@@ -69,7 +73,8 @@ def test_all_clients_equal_the_next_full_round_and_nothing_changes(
     # the real next round, every client sampled, measures exactly the same
     r2 = next(engine.iter_rounds()).metrics
     t2 = next(twin.iter_rounds()).metrics
-    for key in ("accuracy", "accuracy_before", "val_accuracy", "accuracy_worst_width"):
+    for key in ("accuracy", "accuracy_before", "val_accuracy", "accuracy_worst_width", "test_loss",
+                *extra):  # fmt: skip
         assert out[key] == pytest.approx(r2[key], abs=1e-12)
     for key in ("train_loss", "accuracy", "accuracy_before", "global_accuracy"):
         assert r2[key] == t2[key] or (r2[key] is None and t2[key] is None)

@@ -32,9 +32,11 @@ Each layer but the head is decomposed as theta = Reshape(U V) (Eqs. 4-5, flcore.
   the global head, M1 = the trained model with the local head, both recovered to plain width-p
   networks (Appendix C.2: "recover ... first and then fuse"); ``g(alpha) = val_acc(M0 + alpha (M1 -
   M0))`` over ``n_alpha`` evenly spaced alphas in [0, 1], the best kept (ties: the largest alpha,
-  the one closest to the trained model). The paper prints ``M0 + alpha (M0 - M1)``, which for
-  alpha in [0, 1] moves away from the trained model and never reaches it, contradicting its text
-  ("fuse the received model ... and the locally trained one"); we read it as a sign slip.
+  the one closest to the trained model); each evaluation round logs the evaluated clients'
+  mean alpha as ``selected_alpha`` (the all-client evaluation keeps each client's). The paper
+  prints ``M0 + alpha (M0 - M1)``, which for alpha in [0, 1] moves away from the trained model
+  and never reaches it, contradicting its text ("fuse the received model ... and the locally
+  trained one"); we read it as a sign slip.
   ``accuracy`` is the selected model on the client's test records, ``accuracy_before`` is M0's;
   ``val_accuracy`` is the selected model's on the very records that chose alpha, so it reads
   high (early stopping only compares rounds with it; the test figure is not chosen on its own
@@ -563,6 +565,8 @@ class Pa3dFL(Algorithm):
     static_bn_ok = False  # it rebuilds (or gates) the layers; no rule for BatchNorm
     vectorized = True  # padded to full width, with its own objective (vector_objective)
     vector_objective = True
+    #: Algorithm 1's alpha of each evaluated client; the round logs the clients' mean
+    client_metrics = ("selected_alpha",)
 
     # ------------------------------------------------------------------ structure
     @property

@@ -343,6 +343,10 @@ def test_three_rounds_on_real_fmnist_improve_accuracy(data_root: Path, decomposi
     assert rec.rounds[0]["train_loss"] > rec.rounds[1]["train_loss"] > last["train_loss"]
     for w in ("1", "0.5", "0.25"):
         assert last[f"accuracy_width_{w}"] is not None
+    # Algorithm 1's alpha is logged: the round's clients' mean of grid points {0, 1/2, 1}
+    for r in rec.rounds:
+        twice = 2 * r["selected_alpha"] * r["clients"]
+        assert 0 <= r["selected_alpha"] <= 1 and twice == pytest.approx(round(twice))
 
 
 def test_model_selection_picks_the_best_validation_alpha(fmnist) -> None:  # type: ignore[no-untyped-def]
