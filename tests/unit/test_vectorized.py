@@ -125,6 +125,23 @@ CASES = {
             "max_grad_norm": 2.0,
         },
     },
+    # Algorithm 2's p_min (1/2 of the widths 1, 1/2, 1/4: R1 = T/4) and the factors' lr
+    # multipliers capped below every layer's (the vectorized job must cap them as the loop does)
+    "pa3dfl-capped": {
+        "algorithm": "pa3dfl",
+        "model": "pa3dfl_cnn_fmnist",
+        "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.0625, 1.0]},
+        "samples_per_client": 100,
+        "client_split": {"train": 0.6, "val": 0.2, "test": 0.2},
+        "algorithm_params": {
+            "embed_dim": 4,
+            "hidden_dim": 8,
+            "encoder_depth": 2,
+            "n_alpha": 3,
+            "rank_p_min": "clients",
+            "step_scale_max": 0.5,
+        },
+    },
     # FLANC's decomposition (Table 3's ablation): its V padded the same way
     "pa3dfl-flanc": {
         "algorithm": "pa3dfl",
@@ -198,6 +215,7 @@ SLOW_CASES = {
     "pfedhn_pc",
     "pa3dfl-private",
     "pa3dfl-flanc",  # Pa3dFL's padded stack with the other decomposition
+    "pa3dfl-capped",  # the cap's lr multipliers, also checked directly (test_pa3dfl.py)
     "local-widths",  # the padded cross-entropy path, as fedrolex's
     "heterofl-noscaler",  # heterofl's path with the Scaler at 1
 }

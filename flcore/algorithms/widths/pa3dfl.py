@@ -57,7 +57,10 @@ Choices where the paper is silent, and deviations:
   ``grid``: under ``clients`` in Ideal (R1 = T, J = 1) the balanced step below trains each
   conv's U and V at 4.3 x lr (1.1 x lr with J = 16), and at Table 7's lr 0.1 a client's
   two-head loss went 4.25, 5.97, 7.61, 44.7, 4350, NaN in six steps of round 1 (seed 0,
-  client 20; BENCHMARKS.md, session 33).
+  client 20; BENCHMARKS.md, session 33). ``step_scale_max: 1`` caps that multiplier (no factor
+  steps faster than lr; the J = 16 convs' 1.08 becomes 1, the linear layers' stay); with it
+  ``clients`` trains in Ideal (session 34, BENCHMARKS.md). Default None: uncapped, so the
+  Table 1 runs of earlier sessions keep their step.
 - Biases are personal: the layer's decoder generates them with V, pruned with their channels.
 - The hypernetwork: embeddings ``N x embed_dim`` drawn N(0, 1); the encoder is ``encoder_depth``
   linear layers ``embed_dim -> hidden_dim -> ... -> hidden_dim`` with ReLU between them (none after
@@ -227,6 +230,12 @@ class Pa3dFLParams(AlgorithmParams):
         "channel",
         description="the layers' decomposition: 'channel' (Eq. 4, Pa3dFL's) or 'flanc' (Eq. 3, "
         "FLANC's basis shared by every output channel: Table 3 ablation)",
+    )
+    step_scale_max: float | None = Field(
+        None,
+        gt=0,
+        description="cap on the lr multiplier of each layer's U and V (step_scale; module "
+        "docstring); None: uncapped",
     )
     rank_p_min: Literal["grid", "clients"] = Field(
         "grid",
@@ -782,13 +791,18 @@ class Pa3dFL(Algorithm):
         normalized = self.params.head_step == "normalized"  # type: ignore[attr-defined]
         return self.training.lr_at(round) if normalized else None
 
+    def _step_scale(self, q: LayerPlan) -> float:
+        """:func:`step_scale`, capped at ``step_scale_max`` where set."""
+        cap = self.params.step_scale_max  # type: ignore[attr-defined]
+        return step_scale(q) if cap is None else min(step_scale(q), cap)
+
     def _param_groups(self, net: DecomposedNet, round: int) -> list[dict[str, Any]]:
         """U and V of each layer at ``lr x step_scale``; biases and the local head at lr."""
         lr = self.training.lr_at(round)
         factored: list[dict[str, Any]] = []
         for q in net.plans:
             layer = net.features[q.index]
-            factored.append({"params": [layer.U, layer.V], "lr": lr * step_scale(q)})  # type: ignore[list-item]
+            factored.append({"params": [layer.U, layer.V], "lr": lr * self._step_scale(q)})  # type: ignore[list-item]
         seen = {id(p) for g in factored for p in g["params"]}
         rest = [p for p in net.parameters() if p.requires_grad and id(p) not in seen]
         return [*factored, {"params": rest, "lr": lr}]
@@ -852,7 +866,9 @@ class Pa3dFL(Algorithm):
         start, keys = self._start(task, objective.net)
         full = objective.net.state_dict()
         scale = tuple(
-            (f"net.{q.key}.{part}", step_scale(q)) for q in objective.net.plans for part in "UV"
+            (f"net.{q.key}.{part}", self._step_scale(q))
+            for q in objective.net.plans
+            for part in "UV"
         )
         clip: tuple[tuple[tuple[str, ...], float], ...] = ()
         max_norm = self.params.max_grad_norm  # type: ignore[attr-defined]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -492,3 +493,27 @@ def test_rank_p_min_clients_is_the_narrowest_width_and_refuses_widths_it_does_no
     with pytest.raises(ConfigError, match="rank_p_min") as err:
         _alg(((1 / 8) ** 2, (3 / 16) ** 2), rank_p_min="clients")
     assert err.value.key == "algorithm_params.rank_p_min"
+
+
+def test_step_scale_max_caps_the_factors_lr() -> None:
+    from flcore.algorithms.widths.pa3dfl import step_scale
+
+    # Ideal under Algorithm 2's p_min: one V block a layer (J = 1), so the k = 5 convs' U and V
+    # step at 1 / (2 sqrt(1 / 75)) = 4.33 x lr uncapped, the linear layers' at 0.87 x lr
+    free = _alg((1.0, 1.0), rank_p_min="clients")
+    capped = _alg((1.0, 1.0), rank_p_min="clients", step_scale_max=1.0)
+    scales = [step_scale(q) for q in free.plans(1.0)]
+    assert scales[0] == pytest.approx(0.5 * math.sqrt(75))
+    assert min(scales) < 1 < max(scales)
+    lr = free.training.lr_at(1)
+    for alg, want in ((free, scales), (capped, [min(s, 1.0) for s in scales])):
+        groups = alg._param_groups(alg._net(1.0), 1)
+        assert [g["lr"] for g in groups[:-1]] == pytest.approx([lr * w for w in want])
+        assert groups[-1]["lr"] == lr  # biases and the local head
+        # the vectorized executor's job carries the same multipliers
+        alg.vector_model()  # the executor builds the padded objective first
+        alg.begin_round(1, [0])
+        task = ClientTask(0, 1, alg.broadcast(1, 0), alg.init_client_state(0), False, 2)
+        job = dict(alg.vector_job(task).lr_scale)
+        uv = [job[f"net.{q.key}.{part}"] for q in alg.plans(1.0) for part in "UV"]
+        assert uv == pytest.approx([w for w in want for _ in "UV"])
