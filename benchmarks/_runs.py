@@ -327,11 +327,31 @@ def _record_all_clients(doc: dict[str, Any]) -> dict[str, Any]:
 def add_all_clients_to_record(path: Path, doc: dict[str, Any]) -> None:
     """Add an all-client evaluation to an existing record that lacks it, or its per-client
     rows to a record that kept only the means (the one thing added to a record after its run
-    ended: a measurement of the same ended run's best state)."""
+    ended: a measurement of the same ended run's best state). A record with rows is replaced
+    only by a re-measurement of the same state that keeps more per client (a
+    :data:`PER_CLIENT_KEYS` key its rows lack, e.g. Pa3dFL's ``selected_alpha``, logged since
+    session 34), and only when every client's accuracies are the record's.
+
+    Raises ValueError: such a re-measurement disagrees with the record (another state)."""
     record = json.loads(path.read_text())
-    if "per_client" not in record.get("all_clients", {}):
-        record["all_clients"] = _record_all_clients(doc)
-        _write_json(path, record)
+    kept = record.get("all_clients", {})
+    new = _record_all_clients(doc)
+    if "per_client" in kept:
+        rows, fresh = kept["per_client"], new.get("per_client", [])
+        if not fresh or {k for r in fresh for k in r} <= {k for r in rows for k in r}:
+            return
+        same = len(rows) == len(fresh) and all(
+            a["client"] == b["client"]
+            and all(math.isclose(a[k], b[k], rel_tol=1e-5) for k in ("accuracy", "accuracy_before"))
+            for a, b in zip(rows, fresh, strict=True)
+        )
+        if not same:
+            raise ValueError(
+                f"{path.name}: the new all-client measurement differs from the record's "
+                "per-client accuracies (another state?); the record is left as it is"
+            )
+    record["all_clients"] = new
+    _write_json(path, record)
 
 
 def _write_json(path: Path, doc: dict[str, Any]) -> None:

@@ -112,6 +112,17 @@ def test_best_state_all_clients_and_replay(data_root: Path, tmp_path: Path) -> N
         assert mine["accuracy"] == pytest.approx(full["accuracy"], rel=1e-5)
     add_all_clients_to_record(record, {"accuracy": 0.0})  # a record with rows is final
     assert json.loads(record.read_text())["all_clients"] == kept
+    # ... unless the same state is measured again with more per client (Pa3dFL's alpha)
+    rows = [{**r, "selected_alpha": 0.5} for r in doc["per_client"]]
+    other = {**doc, "per_client": [{**r, "accuracy": r["accuracy"] + 0.1} for r in rows]}
+    with pytest.raises(ValueError, match="differs from the record"):
+        add_all_clients_to_record(record, other)  # not the same state
+    assert json.loads(record.read_text())["all_clients"] == kept
+    add_all_clients_to_record(record, {**doc, "per_client": rows})
+    alphas = [
+        r["selected_alpha"] for r in json.loads(record.read_text())["all_clients"]["per_client"]
+    ]
+    assert alphas == [0.5] * 5
 
     # a run that ended before runs kept best.pt: replayed to its best round, the same state
     original = torch.load(run_dir / BEST, weights_only=False)
