@@ -75,6 +75,16 @@ def _tensors(tree: Any, path: str) -> dict[str, torch.Tensor]:
     return {k: v for key, sub in items for k, v in _tensors(sub, f"{path}/{key}").items()}
 
 
+#: Pa3dFL's cases: widths 1, 1/2, 1/4 and 1, validation records for Algorithm 1
+_PA3DFL = {
+    "algorithm": "pa3dfl",
+    "model": "pa3dfl_cnn_fmnist",
+    "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.0625, 1.0]},
+    "samples_per_client": 100,
+    "client_split": {"train": 0.6, "val": 0.2, "test": 0.2},
+}
+_PA3DFL_HN = {"embed_dim": 4, "hidden_dim": 8, "encoder_depth": 2, "n_alpha": 3}
+
 CASES = {
     "fedavg": {},
     "fedavg-head": {"algorithm_params": {"trainable": "head"}},
@@ -111,37 +121,11 @@ CASES = {
     # widths padded into the full network (two clients at width 1), validation records for
     # Algorithm 1's selection, the normalized head step, Eq. 32's term, and a clipping norm the
     # local steps reach
-    "pa3dfl": {
-        "algorithm": "pa3dfl",
-        "model": "pa3dfl_cnn_fmnist",
-        "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.0625, 1.0]},
-        "samples_per_client": 100,
-        "client_split": {"train": 0.6, "val": 0.2, "test": 0.2},
-        "algorithm_params": {
-            "embed_dim": 4,
-            "hidden_dim": 8,
-            "encoder_depth": 2,
-            "n_alpha": 3,
-            "max_grad_norm": 2.0,
-        },
-    },
+    "pa3dfl": _PA3DFL | {"algorithm_params": _PA3DFL_HN | {"max_grad_norm": 2.0}},
     # Algorithm 2's p_min (1/2 of the widths 1, 1/2, 1/4: R1 = T/4) and the factors' lr
     # multipliers capped below every layer's (the vectorized job must cap them as the loop does)
-    "pa3dfl-capped": {
-        "algorithm": "pa3dfl",
-        "model": "pa3dfl_cnn_fmnist",
-        "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 0.0625, 1.0]},
-        "samples_per_client": 100,
-        "client_split": {"train": 0.6, "val": 0.2, "test": 0.2},
-        "algorithm_params": {
-            "embed_dim": 4,
-            "hidden_dim": 8,
-            "encoder_depth": 2,
-            "n_alpha": 3,
-            "rank_p_min": "clients",
-            "step_scale_max": 0.5,
-        },
-    },
+    "pa3dfl-capped": _PA3DFL
+    | {"algorithm_params": _PA3DFL_HN | {"rank_p_min": "clients", "step_scale_max": 0.5}},
     # FLANC's decomposition (Table 3's ablation): its V padded the same way
     "pa3dfl-flanc": {
         "algorithm": "pa3dfl",
