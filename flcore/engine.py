@@ -65,6 +65,7 @@ __all__ = [
     "CLIENT_ACCURACIES",
     "VAL_ACCURACIES",
     "CLIENT_LOSSES",
+    "recorded_client_metrics",
     "checkpoint_round",
     "window_mean",
 ]
@@ -79,6 +80,14 @@ VAL_ACCURACIES = ("val_accuracy", "val_accuracy_before")
 #: the clients' test loss after local training (Algorithm.client_eval), averaged like the
 #: accuracies on evaluation rounds where the clients measure it
 CLIENT_LOSSES = ("test_loss",)
+
+
+def recorded_client_metrics(client_metrics: tuple[str, ...]) -> frozenset[str]:
+    """Every key of a client's ``ClientResult.metrics`` that a round records (beside the
+    executor's ``client_seconds``), given the algorithm's ``client_metrics``."""
+    return frozenset(
+        ("train_loss", *CLIENT_ACCURACIES, *VAL_ACCURACIES, *CLIENT_LOSSES, *client_metrics)
+    )
 
 
 def _on_cpu(state: Any) -> Any:

@@ -30,7 +30,7 @@ from flcore.algorithms.base import ClientData, ClientTask, tensor_bytes
 from flcore.callbacks import Callback, RoundResult
 from flcore.config import ExperimentConfig
 from flcore.data import FederatedData
-from flcore.engine import CLIENT_ACCURACIES, CLIENT_LOSSES, VAL_ACCURACIES, Engine
+from flcore.engine import Engine, recorded_client_metrics
 from flcore.executor import client_generator
 from flcore.experiment import build_engine
 
@@ -197,13 +197,7 @@ def check_reports(cfg: ExperimentConfig, data: FederatedData) -> None:
     fresh = build_engine(cfg, data=data)
     cdata, task = _one_task(fresh)
     result = fresh.algorithm.local_update(cdata, task, client_generator(cfg.seed, 1, 0))
-    recorded = {
-        "train_loss",
-        *CLIENT_ACCURACIES,
-        *VAL_ACCURACIES,
-        *CLIENT_LOSSES,
-        *engine.algorithm.client_metrics,
-    }
+    recorded = recorded_client_metrics(engine.algorithm.client_metrics)
     dropped = sorted(result.metrics.keys() - recorded)
     assert not dropped, f"a client round returns {dropped}, which the engine never records"
     for key in engine.algorithm.client_metrics:
