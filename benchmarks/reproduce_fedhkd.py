@@ -21,7 +21,8 @@ local training on its own test records, the paper's "local accuracy"), global ac
 (``global_accuracy``: the aggregated model on the whole test set, the paper's "global accuracy"),
 bytes uploaded per client and round, ``knowledge_classes_shared`` and ``epsilon_knowledge`` where
 the method has them, and the seconds spent. ``--summary`` prints the markdown table of OUT (means
-± std over seeds) and which of the paper's five claims the runs support.
+± std over seeds) and which of the paper's claims the runs support: issue 25's five, then
+claims 1-3 at Table 1's 20 and 50 clients (6) and Table 1's ranking of FedHKD (7).
 
     .venv/bin/python benchmarks/reproduce_fedhkd.py --settings n10-b0.5 --seeds 0 1 2
     .venv/bin/python benchmarks/reproduce_fedhkd.py --summary
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -41,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine  # noqa: E402
 from _runs import (  # noqa: E402
+    MIN_SEEDS,
     add_run_options,
     combine,
     compare,
@@ -75,6 +78,11 @@ SETTINGS: dict[str, tuple[int, float]] = {
     "n20-b0.5": (20, 0.5),
     "n50-b0.5": (50, 0.5),
 }
+#: Table 1's settings (beta 0.5; 10, 20 and 50 clients holding 10, 20 and 50% of the data)
+TABLE1 = ("n10-b0.5", "n20-b0.5", "n50-b0.5")
+#: the methods Table 1 ranks (every method but the DP variant, which the paper does not have)
+TABLE1_METHODS = tuple(m for m in METHODS if m != "fedhkd_dp")
+KEYS = ("accuracy", "global_accuracy")
 #: the paper's rounds (Appendix A.1): only runs that did them count in the claims
 ROUNDS = 50
 _RUN = re.compile(r"^(?P<setting>n\d+-b[\d.]+)-(?P<name>.+)-s(?P<seed>\d+)$")
@@ -184,7 +192,7 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
 
 
 def claims(runs: list[dict[str, Any]]) -> list[str]:
-    """The paper's five claims on the runs without a label (and the sigma0 variant for claim
+    """The paper's claims on the runs without a label (and the sigma0 variant for claim
     5), each ``supported``, ``NOT supported``, ``inconclusive`` or ``not measured``
     (:func:`compare`), with the differences of the seed means behind it. Only runs that did
     the paper's :data:`ROUNDS` rounds count (a run paused part-way has a summary too)."""
@@ -237,6 +245,20 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
         compare(v(s, "fedhkd", key, "sigma0"), v(s, "fedhkd", key), "~")
         for key in ("accuracy", "global_accuracy")
     ]
+    # Table 1's other two columns (20 and 50 clients at beta 0.5): claims 1-3 there
+    six = [
+        item
+        for x in TABLE1[1:]
+        for item in (
+            *(compare(v(x, "fedhkd", k), v(x, "fedavg", k), ">=") for k in KEYS),
+            compare(v(x, "fedhkd", "accuracy"), v(x, "fedhkd_star", "accuracy"), ">="),
+            compare(v(x, "fedhkd_star", "accuracy"), v(x, "fedproto", "accuracy"), "~"),
+            compare(
+                v(x, "fedhkd_star", "global_accuracy"), v(x, "fedproto", "global_accuracy"), ">"
+            ),
+        )
+    ]
+    seven = [rank(g, x, k) for x in TABLE1 for k in KEYS]
     return [
         line(1, "FedHKD >= FedAvg, local and global, at beta 0.2 and 0.5", one),
         line(2, f"FedHKD >= FedHKD* ~ FedProto (local) at {s}", two),
@@ -245,7 +267,48 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
             4, "FedHKD's gain over FedAvg shrinks as beta grows (0.2, 0.5, 5; global, local)", four
         ),
         line(5, f"sigma 7 costs at most 1 point against sigma 0 at {s} (local, global)", five),
+        line(
+            6,
+            "claims 1-3 at 20 and 50 clients, beta 0.5 (Table 1: FedHKD >= FedAvg local, global;"
+            " FedHKD >= FedHKD* ~ FedProto local; FedHKD* > FedProto global)",
+            six,
+        ),
+        line(
+            7,
+            "FedHKD ranks first or second of the nine methods at 10, 20 and 50 clients, beta 0.5"
+            " (Table 1; local, global)",
+            seven,
+        ),
     ]
+
+
+def rank(
+    g: dict[tuple[str, str, str], dict[str, list[float]]], setting: str, key: str
+) -> tuple[str, str]:
+    """Whether FedHKD ranks first or second of :data:`TABLE1_METHODS` on ``key`` at ``setting``
+    (Table 1's "generally ranks as either the best or the second best"): ``not measured``
+    unless every method ran there; ``inconclusive`` with fewer than :data:`MIN_SEEDS` seeds of
+    FedHKD; ``NOT supported`` where two or more methods are above FedHKD by more than two
+    standard errors (:func:`compare`); ``supported`` where at most one method's seed mean is
+    above FedHKD's; otherwise ``inconclusive`` (methods ahead, inside the seed noise). Shown:
+    FedHKD's rank by seed mean and its difference to the best other method."""
+    values = {m: g.get((setting, m, ""), {}).get(key, []) for m in TABLE1_METHODS}
+    if any(not v for v in values.values()):
+        return "not measured", "-"
+    own = values["fedhkd"]
+    means = {m: statistics.fmean(v) for m, v in values.items()}
+    ahead = [m for m in TABLE1_METHODS if m != "fedhkd" and means[m] > means["fedhkd"]]
+    best = max((m for m in TABLE1_METHODS if m != "fedhkd"), key=means.__getitem__)
+    shown = (
+        f"rank {len(ahead) + 1}/{len(TABLE1_METHODS)}, {best} {means[best] - means['fedhkd']:+.2f}"
+        f" ({len(own)} seeds)"
+    )
+    if len(own) < MIN_SEEDS:
+        return "inconclusive", shown
+    beyond = [m for m in ahead if compare(own, values[m], ">=")[0] == "NOT supported"]
+    if len(beyond) >= 2:
+        return "NOT supported", shown
+    return ("supported" if len(ahead) <= 1 else "inconclusive"), shown
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -125,3 +125,42 @@ def test_claims_count_only_ended_runs_and_pair_the_gain_by_seed() -> None:
     runs += [run("n10-b0.5", "fedavg", s, 0.80 + 0.001 * s) for s in (3, 1, 2)]
     four = claims(runs)[3]
     assert four.startswith("4.") and "[+4.00 (3/3 seeds); -; " in four  # global; beta 5 not run
+
+
+def test_the_rank_claim_needs_every_method_and_two_methods_beyond_the_noise_to_fail() -> None:
+    import runpy
+
+    mod = runpy.run_path(str(SCRIPT), run_name="reproduce")
+    claims, methods = mod["claims"], mod["TABLE1_METHODS"]
+
+    def runs(local: dict[str, float], setting: str = "n20-b0.5") -> list[dict]:
+        """Three seeds of each method, its local accuracy spread +-0.5 points around ``local``."""
+        return [
+            {"setting": setting, "method": m, "label": "", "seed": s,
+             "summary": {"rounds": 50, "accuracy": (acc + 0.5 * (s - 1)) / 100,
+                         "global_accuracy": 0.80}}
+            for m, acc in local.items() for s in range(3)
+        ]  # fmt: skip
+
+    def local_rank(local: dict[str, float]) -> str:
+        seven = claims(runs(local))[6]
+        assert seven.startswith("7.")
+        return seven.split("[")[1].split(";")[2].strip()  # n20-b0.5's local part
+
+    base = {m: 85.0 for m in methods}
+    assert "rank 1/9" in local_rank({**base, "fedhkd": 86.0})
+    assert "rank 2/9, fedmd +1.00" in local_rank({**base, "fedhkd": 86.0, "fedmd": 87.0})
+    # every verdict on its own: supported (first or second), NOT supported (two methods far
+    # ahead), inconclusive (methods ahead inside the seed noise), not measured (a method missing)
+    rank = mod["rank"]
+    group = mod["_group"]
+    g = group(runs({**base, "fedhkd": 86.0, "fedmd": 87.0}))
+    assert rank(g, "n20-b0.5", "accuracy")[0] == "supported"
+    g = group(runs({**base, "fedhkd": 86.0, "fedmd": 88.0, "moon": 88.0}))
+    assert rank(g, "n20-b0.5", "accuracy") == ("NOT supported", "rank 3/9, moon +2.00 (3 seeds)")
+    g = group(runs({**base, "fedhkd": 86.0, "fedmd": 86.1, "moon": 86.1}))
+    assert rank(g, "n20-b0.5", "accuracy")[0] == "inconclusive"
+    g = group(runs({m: a for m, a in base.items() if m != "fedgen"}))
+    assert rank(g, "n20-b0.5", "accuracy") == ("not measured", "-")
+    # the DP variant is not one of Table 1's methods
+    assert "fedhkd_dp" not in methods and len(methods) == 9
