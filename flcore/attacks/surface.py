@@ -283,6 +283,41 @@ class HyperSurface(GradientSurface):
         return pred_sq - 2 * dot + tgt_sq
 
 
+class _BatchStatsNorm(nn.Module):
+    """A batch norm layer that normalises with the batch's own statistics (as
+    ``torch.func.replace_all_batch_norm_modules_`` leaves one), written in elementary ops so
+    that autograd differentiates it to any order: ``F.batch_norm`` stops at the second (plain
+    autograd refuses a third; under ``torch.func`` a third came out wrong, unchecked), and an
+    attack on a second-order MAML step differentiates the network three times. Keeps the
+    layer's ``weight`` and ``bias`` under their names, so parameter dicts still apply."""
+
+    def __init__(self, bn: nn.modules.batchnorm._BatchNorm) -> None:
+        super().__init__()
+        self.eps = bn.eps
+        self.weight = bn.weight
+        self.bias = bn.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dims = [0, *range(2, x.dim())]
+        centred = x - x.mean(dims, keepdim=True)
+        out = centred / torch.sqrt(centred.pow(2).mean(dims, keepdim=True) + self.eps)
+        if self.weight is None:
+            return out
+        shape = [1, -1] + [1] * (x.dim() - 2)
+        return out * self.weight.view(shape) + self.bias.view(shape)
+
+
+def batch_stats_norm_(model: nn.Module) -> nn.Module:
+    """Replace, in place, every batch norm layer of ``model`` by :class:`_BatchStatsNorm`
+    (batch statistics, differentiable to any order); returns ``model``."""
+    for name, child in list(model.named_children()):
+        if isinstance(child, nn.modules.batchnorm._BatchNorm):
+            setattr(model, name, _BatchStatsNorm(child))
+        else:
+            batch_stats_norm_(child)
+    return model
+
+
 class MetaStepSurface(GradientSurface):
     """LoDMeta's walk (and its baselines): what client i sends is one step of the walking
     meta-model ``w``, made from the MAML meta-gradient of its task (flcore.algorithms.meta).
@@ -307,8 +342,9 @@ class MetaStepSurface(GradientSurface):
     sets alike (the leakage evaluation replays the client's step on the attacked records alone:
     :meth:`flcore.algorithms.meta.base.MetaAlgorithm.replay_data`), clipped to ``clip`` where
     the run clips; DP noise is not simulated (the attacker does not know it). The network runs
-    with batch statistics and no running ones (``torch.func.replace_all_batch_norm_modules_``),
-    as a client's training forward does.
+    with batch statistics and no running ones, as a client's training forward does, its batch
+    norm layers written out (:func:`batch_stats_norm_`) so that the attack's derivative in the
+    records is exact: second-order, that is the network's third derivative.
 
     Args:
         model: the public network.
@@ -344,7 +380,7 @@ class MetaStepSurface(GradientSurface):
                 f"v.{k[2:]}": z.clone() for k, z in zeros.items()
             }
         super().__init__(start, unknowns)
-        self.model = model
+        self.model = batch_stats_norm_(model)
         self.names, self.rule = names, rule
         self.inner_steps, self.inner_lr, self.first_order = inner_steps, inner_lr, first_order
         self.eta, self.theta, self.beta, self.lam, self.clip = eta, theta, beta, lam, clip
@@ -354,22 +390,28 @@ class MetaStepSurface(GradientSurface):
 
     def meta_gradient(self, x: torch.Tensor, y: torch.Tensor) -> TensorDict:
         """The MAML meta-gradient at ``w`` of the task whose support and query sets are both
-        ``(x, y)``, keyed by parameter name (unclipped)."""
+        ``(x, y)``, keyed by parameter name (unclipped), differentiable in ``x``.
+
+        First order, the released value is the query gradient at the adapted weights,
+        ``grad L(u_K)``, with ``u_K``'s dependence on ``w`` dropped; its dependence on the
+        records is not: ``u_K`` is built from their support gradients, and an attack
+        differentiating the release in ``x`` must go through it (cutting it, as detaching the
+        inner gradients would, leaves the value right and its derivative in ``x`` partial)."""
 
         def loss(params: TensorDict) -> torch.Tensor:
             return _ce(functional_call(self.model, params, (x,)), y)
 
-        def query_loss(w: TensorDict) -> torch.Tensor:
+        def adapt(w: TensorDict) -> TensorDict:
             u = w
             for _ in range(self.inner_steps):
                 g = grad(loss)(u)
-                if self.first_order:
-                    g = {k: v.detach() for k, v in g.items()}
                 u = {k: u[k] - self.inner_lr * g[k] for k in u}
-            return loss(u)
+            return u
 
         w = {n: self.start[f"w.{n}"] for n in self.names}
-        return grad(query_loss)(w)
+        if self.first_order:
+            return grad(loss)(adapt(w))
+        return grad(lambda w: loss(adapt(w)))(w)
 
     def gradient(self, unknowns: TensorDict, x: torch.Tensor, y: torch.Tensor) -> TensorDict:
         """What the step releases of ``(x, y)``'s meta-gradient, as :meth:`pseudo_gradient`

@@ -136,3 +136,42 @@ def test_basic_and_sgd_release_the_gradient_itself(data_root, float64: None) -> 
     for k, v in g.items():
         big = v.abs() > 1e-6
         assert torch.equal(torch.sign(target[f"w.{k}"][big]), torch.sign(v[big]))
+
+
+@pytest.mark.parametrize("first_order", [True, False])
+def test_the_release_is_differentiated_in_the_records_through_the_inner_loop(
+    data_root,
+    float64: None,  # noqa: F811
+    first_order: bool,
+) -> None:
+    """What IG follows: the derivative in the records of what the step releases, checked
+    against central differences (float64). First order too, the adapted weights are built from
+    the records' support gradients, so the release moves with the records through them (the
+    surface once cut that path); second order it is the network's third derivative, which
+    ``F.batch_norm`` does not have (the surface once followed a wrong one). The point is the
+    record plus a little noise: at the record itself, max pooling over the flat background
+    ties, and the release has no derivative there to compare."""
+    engine, evaluator = _setup(
+        data_root,
+        "lodmeta_sgd",
+        algorithm_params={"inner_steps": 2, "first_order": first_order},
+    )
+    _, obs, records = _observe(engine, evaluator, state=None)
+    s = obs[0].surface
+    gen = torch.Generator().manual_seed(0)
+    x = normalize(records[0].images, engine.data.info)[:1]
+    x = x + 0.05 * torch.randn(x.shape, generator=gen)
+    y = records[0].labels[:1]
+    probe = {k: torch.randn(v.shape, generator=gen) for k, v in s.meta_gradient(x, y).items()}
+    direction = torch.randn(x.shape, generator=gen)
+
+    def f(images: torch.Tensor) -> torch.Tensor:
+        g = s.meta_gradient(images, y)
+        return sum((g[k] * probe[k]).sum() for k in g)
+
+    leaf = x.clone().requires_grad_(True)
+    (dx,) = torch.autograd.grad(f(leaf), leaf)
+    analytic = float((dx * direction).sum())
+    h = 1e-7  # a ReLU or pooling kink sits within 1e-5 of this point, second order
+    numeric = float((f(x + h * direction) - f(x - h * direction)) / (2 * h))
+    assert analytic == pytest.approx(numeric, rel=1e-6)

@@ -204,15 +204,12 @@ class RandomWalkMeta(MetaAlgorithm):
         """The step client ``client_id`` takes from the broadcast token, as its walk neighbours
         see it (flcore.attacks.surface.MetaStepSurface): the meta-gradient of candidate records,
         clipped as the run clips (not under ``paper_exact``, which does not), then the rule."""
-        from torch.func import replace_all_batch_norm_modules_
-
         from flcore.algorithms.base import seeded
         from flcore.attacks.surface import MetaStepSurface
 
         p = self.params
         assert isinstance(p, WalkParams)
         model = seeded((self.seed, 0x3E7A), self.model_spec).to(self.device)
-        replace_all_batch_norm_modules_(model)
         clip = None
         if self.privacy is not None and not self._paper_exact():
             clip = float(self.privacy.clip)
