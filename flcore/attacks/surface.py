@@ -286,8 +286,9 @@ class HyperSurface(GradientSurface):
 class _BatchStatsNorm(nn.Module):
     """A batch norm layer that normalises with the batch's own statistics (as
     ``torch.func.replace_all_batch_norm_modules_`` leaves one), written in elementary ops so
-    that autograd differentiates it to any order: ``F.batch_norm`` stops at the second (plain
-    autograd refuses a third; under ``torch.func`` a third came out wrong, unchecked), and an
+    that autograd differentiates it to any order: ``F.batch_norm`` stops at the second (its
+    saved batch statistics carry no history, pytorch/pytorch#186256: plain autograd refuses a
+    third, under ``torch.func`` torch 2.14 returns a wrong one silently), and an
     attack on a second-order MAML step differentiates the network three times. Keeps the
     layer's ``weight`` and ``bias`` under their names, so parameter dicts still apply."""
 
