@@ -9,6 +9,12 @@ attacker knows) and at the last step (for LoDMeta, usually a later visit: m and 
 the attack optimises). Each attacked upload is the client's step replayed on one of its records
 (support and query alike: ``MetaAlgorithm.replay_data``), attacked with labels given.
 
+A caveat measured in session 35 (BENCHMARKS.md): five inner steps fit one record, so a
+one-record replay's meta-gradient is small (norm ~1e-3 second order, ~1e-4 first order, against
+~0.6 for a real task), and its step read off float32 weights is partly rounding (36% of the
+entries exactly 0 second order): the figures are what IG gets from such a release, not from a
+client's real step.
+
     .venv/bin/python benchmarks/lodmeta_leakage.py --steps 300 --images 2 --iterations 1000
 
 Cases already in the output file are skipped (a resumable chunk); the JSON is rewritten after
