@@ -197,7 +197,10 @@ cd "$OUT" || exit 1
 if [ -d pa3dfl-t1 ]; then
   tar cz pa3dfl-t1 | split -b 15M -d - pa3dfl-t1.tgz. && rm -rf pa3dfl-t1
 fi
-tar czf /tmp/results.tgz --exclude='pa3dfl-t1.tgz.*' . && find . -mindepth 1 -maxdepth 1 \
-  ! -name 'pa3dfl-t1.tgz.*' -exec rm -rf {} + && mv /tmp/results.tgz results.tgz
+# the archive is built outside OUT (it archives OUT), in a file of its own: two sessions at
+# once (the tests run in parallel) must not share it
+packed=$(mktemp /tmp/results.XXXXXX) || exit 1
+tar czf "$packed" --exclude='pa3dfl-t1.tgz.*' . && find . -mindepth 1 -maxdepth 1 \
+  ! -name 'pa3dfl-t1.tgz.*' -exec rm -rf {} + && mv "$packed" results.tgz
 ls -la "$OUT"
 exit 0
