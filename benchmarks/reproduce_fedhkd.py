@@ -206,19 +206,23 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
         shown = "; ".join(p[1] for p in parts)
         return f"{n}. {text}: {combine([p[0] for p in parts])} [{shown}]"
 
+    def over_fedavg(x: str) -> list[tuple[str, str]]:  # claim 1 at setting x: local, global
+        return [compare(v(x, "fedhkd", k), v(x, "fedavg", k), ">=") for k in KEYS]
+
+    def local_order(x: str) -> list[tuple[str, str]]:  # claim 2 at setting x
+        return [
+            compare(v(x, "fedhkd", "accuracy"), v(x, "fedhkd_star", "accuracy"), ">="),
+            compare(v(x, "fedhkd_star", "accuracy"), v(x, "fedproto", "accuracy"), "~"),
+        ]
+
+    def global_order(x: str) -> list[tuple[str, str]]:  # claim 3 at setting x
+        key = "global_accuracy"
+        return [compare(v(x, "fedhkd_star", key), v(x, "fedproto", key), ">")]
+
     s = "n10-b0.5"
-    one = [
-        compare(v(x, "fedhkd", k), v(x, "fedavg", k), ">=")
-        for x in ("n10-b0.2", "n10-b0.5")
-        for k in ("accuracy", "global_accuracy")
-    ]
-    two = [
-        compare(v(s, "fedhkd", "accuracy"), v(s, "fedhkd_star", "accuracy"), ">="),
-        compare(v(s, "fedhkd_star", "accuracy"), v(s, "fedproto", "accuracy"), "~"),
-    ]
-    three = [
-        compare(v(s, "fedhkd_star", "global_accuracy"), v(s, "fedproto", "global_accuracy"), ">")
-    ]
+    one = over_fedavg("n10-b0.2") + over_fedavg(s)
+    two = local_order(s)
+    three = global_order(s)
 
     def gain(x: str, key: str) -> list[float]:
         """Per seed both methods ran, FedHKD's ``key`` accuracy minus FedAvg's."""
@@ -246,18 +250,7 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
         for key in ("accuracy", "global_accuracy")
     ]
     # Table 1's other two columns (20 and 50 clients at beta 0.5): claims 1-3 there
-    six = [
-        item
-        for x in TABLE1[1:]
-        for item in (
-            *(compare(v(x, "fedhkd", k), v(x, "fedavg", k), ">=") for k in KEYS),
-            compare(v(x, "fedhkd", "accuracy"), v(x, "fedhkd_star", "accuracy"), ">="),
-            compare(v(x, "fedhkd_star", "accuracy"), v(x, "fedproto", "accuracy"), "~"),
-            compare(
-                v(x, "fedhkd_star", "global_accuracy"), v(x, "fedproto", "global_accuracy"), ">"
-            ),
-        )
-    ]
+    six = [c for x in TABLE1[1:] for c in over_fedavg(x) + local_order(x) + global_order(x)]
     seven = [rank(g, x, k) for x in TABLE1 for k in KEYS]
     return [
         line(1, "FedHKD >= FedAvg, local and global, at beta 0.2 and 0.5", one),
