@@ -348,7 +348,7 @@ class MetaStepSurface(GradientSurface):
     records is exact: second-order, that is the network's third derivative.
 
     Args:
-        model: the public network.
+        model: the public network (its batch norm layers are replaced in place).
         start: ``w`` as broadcast, keyed as uploaded (``w.<name>``).
         rule: ``sgd``, ``token`` or ``local`` (above).
         inner_steps, inner_lr, first_order: the MAML inner loop.
