@@ -15,10 +15,19 @@ one-record replay's meta-gradient is small (norm ~1e-3 second order, ~1e-4 first
 entries exactly 0 second order): the figures are what IG gets from such a release, not from a
 client's real step.
 
+``--known rest`` attacks the client's real step instead (its whole 5-way 5-shot task), the
+attacker knowing every record of it but the attacked one: differential privacy's adversary
+(``attack.known``, flcore.attacks.evaluation). Each record is then its own IG problem on the
+whole task's meta-gradient: far slower per iteration than the one-record replay.
+
     .venv/bin/python benchmarks/lodmeta_leakage.py --steps 300 --images 2 --iterations 1000
+    .venv/bin/python benchmarks/lodmeta_leakage.py --known rest --at first --images 1 \
+        --iterations 1000 --out ~/.cache/fedsweep-runs/lodmeta/leakage-rest.json
 
 Cases already in the output file are skipped (a resumable chunk); the JSON is rewritten after
-each case. Output: ``~/.cache/fedsweep-runs/lodmeta/leakage.json`` by default.
+each case, and IG's optimisation state is saved beside it as it goes (``<out>.state/``), so a
+case killed mid-attack resumes where it was. Output: ``~/.cache/fedsweep-runs/lodmeta/
+leakage.json`` by default.
 """
 
 from __future__ import annotations
@@ -61,6 +70,7 @@ def run_case(method: str, at: str, args: argparse.Namespace) -> dict[str, Any]:
         "images": args.images,
         "iterations": args.iterations,
         "seed": args.seed,
+        "known": args.known,
     }
     over = [
         f"rounds={rounds}",
@@ -74,6 +84,7 @@ def run_case(method: str, at: str, args: argparse.Namespace) -> dict[str, Any]:
     ]
     cfg = load_config(REPO / f"sweeps/configs/lodmeta/fmnist_{method}.yaml", over)
     engine = build_engine(cfg, data=build_data(cfg))
+    engine.probes[0].attack.resume_dir = args.out.with_suffix(".state")
     began = time.perf_counter()
     engine.run()
     alg = engine.algorithm
@@ -84,6 +95,7 @@ def run_case(method: str, at: str, args: argparse.Namespace) -> dict[str, Any]:
         "attacked_step": rounds,
         "client": visited,
         "client_visits_before": alg.visits[visited] - 1,
+        "known": args.known,
         **{k: summary.get(k) for k in KEEP},
         "seconds": round(time.perf_counter() - began, 1),
     }
@@ -98,6 +110,13 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=2)
     ap.add_argument("--iterations", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--known",
+        choices=["none", "rest"],
+        default="none",
+        help="none: replay the step on the attacked record alone; rest: the real step, every "
+        "other record of it known to the attacker",
+    )
     ap.add_argument("--set", action="append", default=[], help="key=value for every run")
     ap.add_argument("--label", default="", help="names the --set variant in the output")
     ap.add_argument("--out", type=Path, default=runs_dir("lodmeta") / "leakage.json")
@@ -108,7 +127,8 @@ def main() -> None:
     cases = done.setdefault("cases", {})
     for method in args.methods:
         for at in args.at:
-            key = f"{method}{'-' + args.label if args.label else ''}-{at}"
+            rest = "-rest" if args.known == "rest" else ""
+            key = f"{method}{'-' + args.label if args.label else ''}{rest}-{at}"
             if key in cases:
                 continue
             print(f"[leakage] {key}", file=sys.stderr, flush=True)

@@ -307,6 +307,12 @@ class AttackConfig(_Strict):
     identify_k: int = Field(
         20, ge=1, description="leak_identified: same-class decoys per attacked record"
     )
+    known: Literal["none", "rest"] = Field(
+        "none",
+        description="none: each replayed upload is the client's step on the attacked records "
+        "alone; rest: the client's real step, the attacker knowing every record of it but the "
+        "attacked ones (differential privacy's adversary; the walk's meta step)",
+    )
     seed: int = Field(0, ge=0)
     params: dict[str, Any] = Field(
         default_factory=dict, description="the attack's own knobs (e.g. tv, lr, signed)"
@@ -723,6 +729,13 @@ def _check_attack(cfg: ExperimentConfig, a: AttackConfig, key: str = "attack") -
             or f"no gradient-inversion surface simulates {cfg.algorithm}'s upload yet: it cannot "
             "be attacked (of the meta-learners, the random walk's lodmeta, lodmeta_basic and "
             "lodmeta_sgd can)",
+        )
+    if a.known == "rest" and (key != "attack" or not alg.attack_knows_rest):
+        raise ConfigError(
+            f"{key}.known",
+            f"{cfg.algorithm}'s attack surface cannot take the client's other records (only "
+            "a step that is one full-batch gradient of the client's set can: lodmeta, "
+            "lodmeta_basic, lodmeta_sgd); use known: none",
         )
     if _static_bn_model(cfg):
         raise ConfigError(

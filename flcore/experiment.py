@@ -246,6 +246,7 @@ def attack_probe(cfg: ExperimentConfig, factory: AlgorithmFactory) -> Any:
         params=dict(a.params) | ({"iterations": a.iterations} if a.iterations else {}),
         seed=a.seed,
         identify_k=a.identify_k,
+        known=a.known,
     )
     return LeakageEvaluator(settings, factory)
 

@@ -296,6 +296,9 @@ class Algorithm(ABC):
     #: why an ``attack`` config is refused, where the reason is this class's own (None: the
     #: generic one, no surface simulates the upload)
     attack_refusal: ClassVar[str | None] = None
+    #: its attack surface simulates the client's real step with every record but the attacked
+    #: ones known (``attack.known: rest``, :meth:`GradientSurface.knowing`)
+    attack_knows_rest: ClassVar[bool] = False
     #: the vectorized executor (flcore.vectorized) may train this class's clients: their local
     #: work is :class:`VectorJob`'s (SGD from a start point, optional proximal term and
     #: DP-SGD). Read through :meth:`vectorizable`: each class declares it for itself, so a

@@ -35,6 +35,17 @@ noise; without DP the attacked upload itself is used. ``leak_psnr_gain_informati
 ``leak_identified_informative`` are the calibrated scores over those records only (null when
 there is none).
 
+The attacker's knowledge (``known``): by default (``none``) the replayed update is the
+client's step on the attacked records alone, HyperFL's protocol. With ``rest`` it is the
+client's real step on its whole set (for a meta step: its support set and its query set), and
+the attacker knows every record of it but the attacked ones, the adversary of differential
+privacy's neighbouring relation: the surface simulates the real step with the candidates in
+place of the attacked records (:meth:`GradientSurface.knowing`; only surfaces whose step is
+one full-batch gradient can, which the config checks), and a record is informative when the
+real step differs from the step without the attacked records. A meta step needs it to be
+measured at all: five inner steps fit a lone record, and a one-record replay's release is
+mostly float32 rounding (BENCHMARKS.md, session 35).
+
 Rounds: :meth:`LeakageEvaluator.round_metrics` gives, at each attacked round, that round's
 own values under the names above (so each metric's MLflow history is per round), plus
 ``leak_psnr_gain_worst_round`` and ``leak_identified_worst_round`` (the max over the rounds
@@ -75,7 +86,7 @@ from flcore.attacks.baselines import (
 )
 from flcore.attacks.metrics import LPIPS, match_to_truth, psnr, ssim
 from flcore.attacks.signal import carries_record, record_free
-from flcore.data import ArrayDataset, FederatedData
+from flcore.data import ArrayDataset, FederatedData, normalize
 from flcore.executor import AlgorithmFactory, client_generator, one_torch_thread
 
 __all__ = [
@@ -142,6 +153,8 @@ class AttackSettings:
         params: the attack's own validated parameters (iterations included).
         seed: seed of the record draw, the decoys and the replay's streams.
         identify_k: decoys per record of ``leak_identified``.
+        known: ``none`` (each replayed upload is the client's step on the attacked records
+            alone) or ``rest`` (the client's real step; the attacker knows its other records).
     """
 
     name: str
@@ -154,6 +167,7 @@ class AttackSettings:
     params: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
     identify_k: int = 20
+    known: str = "none"
 
 
 @dataclass
@@ -388,17 +402,28 @@ class LeakageEvaluator:
         for start in range(0, len(picks), s.batch):
             idx = torch.from_numpy(picks[start : start + s.batch])
             records = ArrayDataset(train.images[idx], train.labels[idx])
-            cdata = self._replayer.replay_data(
-                ClientData(
-                    cid,
-                    records,
-                    data.client_test(cid),
-                    data.info,
-                    data.client_val(cid),
-                    public=data.public_set(),
-                    train_classes=train.labels.unique(),
-                )
+            here, cdata, without = surface, None, None
+            client = ClientData(
+                cid,
+                records,
+                data.client_test(cid),
+                data.info,
+                data.client_val(cid),
+                public=data.public_set(),
+                train_classes=train.labels.unique(),
             )
+            if s.known == "rest":
+                # the client's real step, and its neighbour without the attacked records
+                rest = np.setdiff1d(np.arange(len(train)), idx.numpy())
+                others = ArrayDataset(train.images[rest], train.labels[rest])
+                cdata, without = replace(client, train=train), replace(client, train=others)
+                query = client.val
+                here = surface.knowing(
+                    (normalize(others.images, data.info), others.labels),
+                    (normalize(query.images, data.info), query.labels) if query else None,
+                )
+            else:
+                cdata = self._replayer.replay_data(client)
             replay_task = replace(task, evaluate=False)
             stream = (s.seed ^ 0xA77, round, cid * 100_003 + start)
             with one_torch_thread():
@@ -409,18 +434,23 @@ class LeakageEvaluator:
                     clean = decider.local_update(
                         cdata, replay_task, client_generator(*stream)
                     ).upload
-                with record_free():
+                if without is not None:
                     free = decider.local_update(
-                        cdata, replay_task, client_generator(*stream)
+                        without, replay_task, client_generator(*stream)
                     ).upload
-            informative = carries_record(surface, clean, free, self.training, s.local_steps)
+                else:
+                    with record_free():
+                        free = decider.local_update(
+                            cdata, replay_task, client_generator(*stream)
+                        ).upload
+            informative = carries_record(here, clean, free, self.training, s.local_steps)
             obs = Observation(
                 algorithm=engine.algorithm.name,
                 round=round,
                 client_id=cid,
                 upload=result.upload,
                 broadcast=task.payload,
-                surface=surface,
+                surface=here,
                 training=self.training,
                 local_steps=s.local_steps,
                 num_records=len(idx),
@@ -449,8 +479,12 @@ class LeakageEvaluator:
         cid = task.client_id
         uploads = self.replay(engine, round, task)
         t0 = time.perf_counter()
+        observations = [u.observation for u in uploads]
+        # uploads optimised together share a surface; with the rest known, each record's is
+        # its own (the others' records are among its known ones)
+        groups = [[o] for o in observations] if self.settings.known == "rest" else [observations]
         with one_torch_thread():  # repeatable to the bit on any machine, as the clients are
-            recons = self.attack.reconstruct_many([u.observation for u in uploads])
+            recons = [r for group in groups for r in self.attack.reconstruct_many(group)]
         self.seconds += time.perf_counter() - t0
         prior = self.prior(engine.data)
         for up, rec in zip(uploads, recons, strict=True):

@@ -73,16 +73,20 @@ def labels_for(observations: Sequence[Observation]) -> tuple[torch.Tensor, str]:
 
 
 def problem_digest(problem: Problem, **params: object) -> str:
-    """A digest of what an optimisation depends on: the targets, labels, shape, seed and
-    ``params`` (a saved state is resumed only by the same problem)."""
+    """A digest of what an optimisation depends on: the targets, labels, shape, seed, the
+    records the attacker knows (two records of one step share its target) and ``params`` (a
+    saved state is resumed only by the same problem)."""
     h = hashlib.sha256(repr(sorted(params.items())).encode())
     h.update(repr((tuple(problem.shape), problem.seed, sorted(problem.surface.unknowns))).encode())
     h.update(problem.labels.detach().cpu().numpy().tobytes())
+    known = problem.surface.known
+    tensors = [("known", t) for batch in known or () for t in batch]
     for t in problem.targets:
-        for k in sorted(t):
-            v = t[k].detach().to("cpu").contiguous()
-            h.update(f"{k}:{v.dtype}:{tuple(v.shape)}".encode())
-            h.update(v.reshape(-1).view(torch.uint8).numpy().tobytes())
+        tensors += sorted(t.items())
+    for k, t in tensors:
+        v = t.detach().to("cpu").contiguous()
+        h.update(f"{k}:{v.dtype}:{tuple(v.shape)}".encode())
+        h.update(v.reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()[:24]
 
 

@@ -23,6 +23,7 @@ depend on the scale. Clipping (DP-SGD's, HyperFL's grad-norm clip) scales it too
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
@@ -35,6 +36,7 @@ from torch.func import functional_call, grad
 __all__ = ["GradientSurface", "ModelSurface", "HyperSurface", "MetaStepSurface"]
 
 TensorDict = dict[str, torch.Tensor]
+Batch = tuple[torch.Tensor, torch.Tensor]  # normalised images and their labels
 
 
 class GradientSurface(ABC):
@@ -47,6 +49,8 @@ class GradientSurface(ABC):
             start, as pFedHN's clients send).
         label_key: the classifier bias among the uploaded tensors, when it is uploaded (its
             gradient gives the label away: iDLG), else None.
+        known: the client's other records the attacker knows (:meth:`knowing`): its support
+            set and query set, or None.
     """
 
     def __init__(
@@ -61,6 +65,7 @@ class GradientSurface(ABC):
         self.unknowns = {k: v.detach().clone() for k, v in (unknowns or {}).items()}
         self.upload_kind = upload_kind
         self.label_key = label_key if label_key in self.start else None
+        self.known: tuple[Batch, Batch] | None = None
 
     @abstractmethod
     def gradient(self, unknowns: TensorDict, x: torch.Tensor, y: torch.Tensor) -> TensorDict:
@@ -85,6 +90,23 @@ class GradientSurface(ABC):
         being one slice of :meth:`prepare_targets`; a surface may compute a known distance in
         a cheaper, equivalent form."""
         return distance(self.gradient(unknowns, x, y), target)
+
+    def knowing(
+        self,
+        support: Batch,
+        query: Batch | None = None,
+    ) -> GradientSurface:
+        """This surface for an attacker that knows every record of the client's step but the
+        attacked ones (the adversary of differential privacy's neighbouring relation;
+        ``attack.known: rest``): ``support`` holds the client's other training records, and
+        ``query`` its held-out records where the step uses them (a meta step's query set),
+        each as normalised images and labels. The candidate records join ``support``, and
+        :meth:`gradient` simulates the client's real step. Only a surface whose step is one
+        full-batch gradient (order-free) can say so; the others refuse."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot simulate a step with known records: its update "
+            "is not one full-batch gradient of the client's set"
+        )
 
     def pseudo_gradient(
         self, upload: Mapping[str, torch.Tensor], training: object, steps: int
@@ -341,8 +363,10 @@ class MetaStepSurface(GradientSurface):
 
     ``g`` is the meta-gradient of the candidate records used as the task's support and query
     sets alike (the leakage evaluation replays the client's step on the attacked records alone:
-    :meth:`flcore.algorithms.meta.base.MetaAlgorithm.replay_data`), clipped to ``clip`` where
-    the run clips; DP noise is not simulated (the attacker does not know it). The network runs
+    :meth:`flcore.algorithms.meta.base.MetaAlgorithm.replay_data`), or, for an attacker that
+    knows the client's other records (:meth:`knowing`), of the client's real task: its other
+    support records with the candidates, and its query set; clipped to ``clip`` where the run
+    clips; DP noise is not simulated (the attacker does not know it). The network runs
     with batch statistics and no running ones, as a client's training forward does, its batch
     norm layers written out (:func:`batch_stats_norm_`) so that the attack's derivative in the
     records is exact: second-order, that is the network's third derivative.
@@ -389,9 +413,29 @@ class MetaStepSurface(GradientSurface):
         if rule == "token" and set(self.token) != {f"{p}.{n}" for p in "mv" for n in names}:
             raise ValueError("rule 'token' needs the broadcast m.* and v.* tensors")
 
+    def knowing(
+        self,
+        support: Batch,
+        query: Batch | None = None,
+    ) -> MetaStepSurface:
+        """See :meth:`GradientSurface.knowing`: a meta step's support loss and query loss are
+        means over their sets, and batch statistics do not depend on order, so the candidates
+        may sit at the end of the support set. The query set is required."""
+        if query is None:
+            raise ValueError("a meta step's attacker who knows the rest knows its query set too")
+        device = self.start[f"w.{self.names[0]}"].device
+        out = copy.copy(self)
+        out.known = (
+            (support[0].to(device), support[1].to(device)),
+            (query[0].to(device), query[1].to(device)),
+        )
+        return out
+
     def meta_gradient(self, x: torch.Tensor, y: torch.Tensor) -> TensorDict:
         """The MAML meta-gradient at ``w`` of the task whose support and query sets are both
-        ``(x, y)``, keyed by parameter name (unclipped), differentiable in ``x``.
+        ``(x, y)`` (with known records, :meth:`knowing`: the support set is the known ones and
+        ``(x, y)``, the query set the known one), keyed by parameter name (unclipped),
+        differentiable in ``x``.
 
         First order, the released value is the query gradient at the adapted weights,
         ``grad L(u_K)``, with ``u_K``'s dependence on ``w`` dropped; its dependence on the
@@ -399,20 +443,28 @@ class MetaStepSurface(GradientSurface):
         differentiating the release in ``x`` must go through it (cutting it, as detaching the
         inner gradients would, leaves the value right and its derivative in ``x`` partial)."""
 
-        def loss(params: TensorDict) -> torch.Tensor:
-            return _ce(functional_call(self.model, params, (x,)), y)
+        (sx, sy), (qx, qy) = (x, y), (x, y)
+        if self.known is not None:
+            (kx, ky), (qx, qy) = self.known
+            sx, sy = torch.cat([kx, x]), torch.cat([ky, y])
+
+        def support(params: TensorDict) -> torch.Tensor:
+            return _ce(functional_call(self.model, params, (sx,)), sy)
+
+        def query(params: TensorDict) -> torch.Tensor:
+            return _ce(functional_call(self.model, params, (qx,)), qy)
 
         def adapt(w: TensorDict) -> TensorDict:
             u = w
             for _ in range(self.inner_steps):
-                g = grad(loss)(u)
+                g = grad(support)(u)
                 u = {k: u[k] - self.inner_lr * g[k] for k in u}
             return u
 
         w = {n: self.start[f"w.{n}"] for n in self.names}
         if self.first_order:
-            return grad(loss)(adapt(w))
-        return grad(lambda w: loss(adapt(w)))(w)
+            return grad(query)(adapt(w))
+        return grad(lambda w: query(adapt(w)))(w)
 
     def gradient(self, unknowns: TensorDict, x: torch.Tensor, y: torch.Tensor) -> TensorDict:
         """What the step releases of ``(x, y)``'s meta-gradient, as :meth:`pseudo_gradient`

@@ -175,3 +175,87 @@ def test_the_release_is_differentiated_in_the_records_through_the_inner_loop(
     h = 1e-7  # a ReLU or pooling kink sits within 1e-5 of this point, second order
     numeric = float((f(x + h * direction) - f(x - h * direction)) / (2 * h))
     assert analytic == pytest.approx(numeric, rel=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["lodmeta", "lodmeta_basic", "lodmeta_sgd"])
+def test_an_attacker_who_knows_the_rest_simulates_the_clients_real_step(
+    data_root,
+    float64: None,  # noqa: F811
+    algorithm: str,
+) -> None:
+    """``attack.known: rest``: the replayed upload is the client's real step on its whole task
+    (not the one-record replay), and the surface given the other records simulates it exactly
+    at the true record, in the support set's last slot although the record sits elsewhere in
+    the client's set; a wrong candidate does not."""
+    attack = {"name": "ig", "rounds": [3], "clients": [0], "images": 2, "iterations": 1}
+    engine, evaluator = _setup(data_root, algorithm, attack=attack | {"known": "rest"})
+    _, obs, records = _observe(engine, evaluator, state=None)
+    engine1, evaluator1 = _setup(data_root, algorithm)
+    _, alone, _ = _observe(engine1, evaluator1, state=None)
+    info = engine.data.info
+    support = engine.data.client_train(0)
+    assert len(obs) == 2 and obs[0].num_records == 1
+    # both uploads are the same real step; the one-record replay is another
+    _close(obs[0].target(), obs[1].target())
+    assert (
+        max(
+            float((obs[0].target()[k] - alone[0].target()[k]).abs().max())
+            for k in alone[0].target()
+        )
+        > 1e-6
+    )
+    for o, r in zip(obs, records, strict=True):
+        s = o.surface
+        kx, ky = s.known[0]
+        assert len(kx) == len(support) - 1
+        x, y = normalize(r.images, info), r.labels
+        assert not any(torch.equal(x[0], k) for k in kx)  # the attacked record is not known
+        _close(s.gradient(s.unknowns, x, y), o.target())
+        other = normalize(support.images[:1], info)
+        wrong = s.gradient(s.unknowns, other if not torch.equal(other, x) else -x, y)
+        assert max(float((wrong[k] - o.target()[k]).abs().max()) for k in wrong) > 1e-6
+    flags = evaluator.informative_flags(
+        engine, 3, ClientTask(0, 3, engine.algorithm.broadcast(3, 0), None, False, engine.seed)
+    )
+    assert flags == [True, True]
+
+
+def test_known_rest_is_refused_where_the_surface_cannot_take_it(data_root) -> None:
+    """Only a step that is one full-batch gradient of the client's set can be simulated with
+    the other records known: elsewhere ``attack.known: rest`` is a config error."""
+    from flcore.config import ConfigError
+
+    raw = {
+        "algorithm": "fedavg",
+        "dataset": "fmnist",
+        "data_root": str(data_root),
+        "num_clients": 2,
+        "rounds": 1,
+        "attack": {"name": "ig", "known": "rest"},
+    }
+    with pytest.raises(ConfigError, match="attack.known"):
+        validate_config(raw)
+
+
+def test_each_attacked_record_of_a_known_rest_step_is_its_own_problem(data_root) -> None:
+    """Two records of one step share its upload and may share a label: their IG problems differ
+    only in the records known, which the resume digest must tell apart (else the second would
+    resume the first's images); and each is optimised on its own surface."""
+    from flcore.attacks.ig import Problem, problem_digest
+
+    attack = {"name": "ig", "rounds": [3], "clients": [0], "images": 2, "iterations": 2}
+    engine, evaluator = _setup(data_root, "lodmeta_sgd", attack=attack | {"known": "rest"})
+    task, obs, _ = _observe(engine, evaluator, state=None)
+    label = torch.zeros(1, 1, dtype=torch.long)
+    digests = {
+        problem_digest(
+            Problem(o.surface, [o.target()], label, o.image_shape, o.info, torch.device("cpu")),
+            iterations=2,
+        )
+        for o in obs
+    }
+    assert len(digests) == 2
+    evaluator._attack_client(engine, 3, task)
+    summary = evaluator.summary(engine)
+    assert summary["leak_images"] == 2 and summary["leak_informative"] == 2
+    assert summary["leak_psnr"] is not None and summary["leak_psnr_gain"] is not None

@@ -54,7 +54,10 @@ Privacy (``privacy: {mechanism: perturbation, ...}``; flcore.privacy.perturbatio
 - Attacks (``attack:``): the client's walk neighbours see w before and after its step, and
   (m, v) where they travel; :meth:`RandomWalkMeta.attack_surface` simulates that step for
   candidate records (flcore.attacks.surface.MetaStepSurface: the meta-gradient, clipped as the
-  run clips, then each variant's rule, LoDMeta's private (m, v) as unknowns).
+  run clips, then each variant's rule, LoDMeta's private (m, v) as unknowns). With
+  ``attack.known: rest`` the attacked step is the client's real one and the attacker knows its
+  other records (differential privacy's adversary): a one-record replay's release is mostly
+  float32 rounding (five inner steps fit one record), the real step's is not.
   What the neighbours read off a step (BENCHMARKS.md, benchmarks/lodmeta_release.py): on a
   client's first visit its (m, v) are 0, so ``w - w'`` is an invertible map of g (cosine 0.99
   or more on FMNIST), and with theta 0 every step carries the signs of g; "only w is sent"
@@ -199,6 +202,7 @@ class RandomWalkMeta(MetaAlgorithm):
 
     # ------------------------------------------------------------------ attacks
     attackable = True
+    attack_knows_rest = True
 
     def attack_surface(self, broadcast: dict[str, torch.Tensor], client_id: int) -> Any:
         """The step client ``client_id`` takes from the broadcast token, as its walk neighbours
