@@ -420,7 +420,9 @@ class LeakageEvaluator:
                 query = client.val
                 here = surface.knowing(
                     (normalize(others.images, data.info), others.labels),
-                    (normalize(query.images, data.info), query.labels) if query else None,
+                    (normalize(query.images, data.info), query.labels)
+                    if query is not None
+                    else None,
                 )
             else:
                 cdata = self._replayer.replay_data(client)
