@@ -23,8 +23,14 @@ def _mod() -> dict:  # type: ignore[type-arg]
 
 
 def _write_run(
-    out: Path, name: str, curve: list[tuple[float, float, float]], model_bytes: float = 100.0
+    out: Path,
+    name: str,
+    curve: list[tuple[float, float, float]],
+    model_bytes: float = 100.0,
+    steps: int = 2000,
 ) -> None:
+    """A run folder whose log is ``curve`` (its evaluated rounds) and whose summary says
+    ``steps`` steps were done (the configs' 2,000: an ended run)."""
     folder = out / name
     folder.mkdir(parents=True)
     # bytes up and down: each unit of communication moves one model (half of it each way)
@@ -36,7 +42,7 @@ def _write_run(
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     last = rows[-1]
     summary = {"accuracy": last["accuracy"], "unseen_accuracy": last["unseen_accuracy"]}
-    summary |= {"comm_units": last["comm_units"], "rounds": len(rows)}
+    summary |= {"comm_units": last["comm_units"], "rounds": steps}
     (folder / "summary.json").write_text(json.dumps(summary))
 
 
@@ -70,6 +76,32 @@ def test_cost_to_reach_and_the_communication_claim(tmp_path: Path) -> None:
     claims = mod["claims"](mod["read_runs"](tmp_path))
     assert "l2c: LoDMeta's cost / l2c's = 0.33 (3 seeds, in bytes 0.003)" in claims[1]
     assert claims[2].split(":")[1].strip().startswith("supported")  # 90 > 80 on 3 seeds
+
+
+def test_the_claims_wait_for_runs_under_way(tmp_path: Path) -> None:
+    """A run stopped on its way (``--until-round``, ``--max-minutes``) has a summary of its
+    steps so far: the claims leave it out, except that claim 2 takes the communication at
+    which it already reached LoDMeta's target; one that has not reached it yet is not "never
+    reaches it" (that would score LoDMeta's cost against it as 0)."""
+    mod = _mod()
+    for seed in range(3):
+        _write_run(tmp_path, f"regular-5shot-lodmeta-s{seed}", [(10, 0.8, 0.7), (20, 0.9, 0.8)])
+        _write_run(tmp_path, f"regular-5shot-lodmeta_basic-s{seed}", [(30, 0.9, 0.8)])
+        _write_run(tmp_path, f"regular-5shot-lodmeta_sgd-s{seed}", [(10, 0.5, 0.7)], steps=100)
+    # L2C under way: seed 0 reached 95% of LoDMeta's 0.9 at 60 units, seeds 1-2 not yet
+    _write_run(tmp_path, "regular-5shot-l2c-s0", [(30, 0.8, 0.7), (60, 0.9, 0.8)], steps=20)
+    for seed in (1, 2):
+        _write_run(tmp_path, f"regular-5shot-l2c-s{seed}", [(30, 0.8, 0.7)], steps=10)
+    claims = mod["claims"](mod["read_runs"](tmp_path))
+    assert "l2c: LoDMeta's cost / l2c's = 0.33 (1 seeds" in claims[1]
+    # LoDMeta ~ basic decided; basic > SGD not: SGD has not done its steps on any seed
+    assert claims[0].endswith("[+0.00 (3/3 seeds); -]") and "not measured" in claims[0]
+    # ended, the two that never reached it count 0 (LoDMeta reaches it, they never do)
+    for seed in (1, 2):
+        summary = tmp_path / f"regular-5shot-l2c-s{seed}" / "summary.json"
+        summary.write_text(json.dumps(json.loads(summary.read_text()) | {"rounds": 2000}))
+    claims = mod["claims"](mod["read_runs"](tmp_path))
+    assert "l2c: LoDMeta's cost / l2c's = 0.11 (3 seeds" in claims[1]
 
 
 def test_a_tiny_walk_stops_resumes_and_needs_no_platform_layers(
@@ -151,3 +183,11 @@ def test_the_table_reports_each_rows_weakest_epsilon() -> None:
     assert [c.strip() for c in row[8:11]] == ["2.5", "3", "-"]  # the larger seed's epsilon
     row = table([run(0, 1.5), run(1, "inf")]).splitlines()[2].split("|")
     assert row[8].strip() == "inf"
+
+
+def test_a_full_length_run_is_the_configs_length() -> None:
+    import yaml
+
+    configs = sorted((SCRIPT.parents[1] / "sweeps" / "configs" / "lodmeta").glob("fmnist_*.yaml"))
+    assert len(configs) == 6
+    assert {yaml.safe_load(c.read_text())["rounds"] for c in configs} == {_mod()["STEPS"]}
