@@ -36,6 +36,7 @@ __all__ = [
     "CURVE_KEYS",
     "MIN_SEEDS",
     "RECORDS",
+    "claim_line",
     "combine",
     "compare",
     "epsilon_cell",
@@ -479,6 +480,13 @@ def combine(verdicts: list[str]) -> str:
         if worst in verdicts:
             return worst
     return "supported"
+
+
+def claim_line(n: int, text: str, parts: list[tuple[str, str]]) -> str:
+    """``N. text: <the parts' combined verdict> [<each part's figures, and its verdict>]``,
+    ``parts`` as :func:`compare` gives them (a part not measured shows ``-``)."""
+    shown = "; ".join(f"{fig}, {verdict}" if fig != "-" else fig for verdict, fig in parts)
+    return f"{n}. {text}: {combine([p[0] for p in parts])} [{shown}]"
 
 
 def scan_runs(

@@ -45,7 +45,7 @@ from _machine import machine  # noqa: E402
 from _runs import (  # noqa: E402
     MIN_SEEDS,
     add_run_options,
-    combine,
+    claim_line,
     compare,
     epsilon_cell,
     record_file,
@@ -202,10 +202,6 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
     def v(setting: str, method: str, key: str, label: str = "") -> list[float]:
         return g.get((setting, method, label), {}).get(key, [])
 
-    def line(n: int, text: str, parts: list[tuple[str, str]]) -> str:
-        shown = "; ".join(p[1] for p in parts)
-        return f"{n}. {text}: {combine([p[0] for p in parts])} [{shown}]"
-
     def over_fedavg(x: str) -> list[tuple[str, str]]:  # claim 1 at setting x: local, global
         return [compare(v(x, "fedhkd", k), v(x, "fedavg", k), ">=") for k in KEYS]
 
@@ -253,20 +249,22 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
     six = [c for x in TABLE1[1:] for c in over_fedavg(x) + local_order(x) + global_order(x)]
     seven = [rank(g, x, k) for x in TABLE1 for k in KEYS]
     return [
-        line(1, "FedHKD >= FedAvg, local and global, at beta 0.2 and 0.5", one),
-        line(2, f"FedHKD >= FedHKD* ~ FedProto (local) at {s}", two),
-        line(3, f"FedHKD* > FedProto (global) at {s}", three),
-        line(
+        claim_line(1, "FedHKD >= FedAvg, local and global, at beta 0.2 and 0.5", one),
+        claim_line(2, f"FedHKD >= FedHKD* ~ FedProto (local) at {s}", two),
+        claim_line(3, f"FedHKD* > FedProto (global) at {s}", three),
+        claim_line(
             4, "FedHKD's gain over FedAvg shrinks as beta grows (0.2, 0.5, 5; global, local)", four
         ),
-        line(5, f"sigma 7 costs at most 1 point against sigma 0 at {s} (local, global)", five),
-        line(
+        claim_line(
+            5, f"sigma 7 costs at most 1 point against sigma 0 at {s} (local, global)", five
+        ),
+        claim_line(
             6,
             "claims 1-3 at 20 and 50 clients, beta 0.5 (Table 1: FedHKD >= FedAvg local, global;"
             " FedHKD >= FedHKD* ~ FedProto local; FedHKD* > FedProto global)",
             six,
         ),
-        line(
+        claim_line(
             7,
             "FedHKD ranks first or second of the nine methods at 10, 20 and 50 clients, beta 0.5"
             " (Table 1; local, global)",

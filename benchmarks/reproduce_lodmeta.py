@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine  # noqa: E402
 from _runs import (  # noqa: E402
     add_run_options,
-    combine,
+    claim_line,
     compare,
     epsilon_cell,
     read_curve,
@@ -250,9 +250,6 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
     def v(method: str, key: str, setting: str = s, label: str = "") -> list[float]:
         return g.get((setting, method, label), {}).get(key, [])
 
-    def line(n: int, text: str, parts: list[tuple[str, str]]) -> str:
-        return f"{n}. {text}: {combine([p[0] for p in parts])} [{'; '.join(p[1] for p in parts)}]"
-
     one = [
         compare(v("lodmeta", "accuracy"), v("lodmeta_basic", "accuracy"), "~"),
         compare(v("lodmeta_basic", "accuracy"), v("lodmeta_sgd", "accuracy"), ">"),
@@ -324,12 +321,12 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
         )
     ]
     return [
-        line(1, "per step, LoDMeta ~ LoDMeta(basic) > LoDMeta(SGD)", one),
-        line(
+        claim_line(1, "per step, LoDMeta ~ LoDMeta(basic) > LoDMeta(SGD)", one),
+        claim_line(
             2, "per unit of communication, LoDMeta needs about 1/3 of basic's and L2C's cost", two
         ),
-        line(3, "unseen-client accuracy below training-client accuracy", three),
-        line(4, "Tables 2-3: accuracy falls as epsilon or delta shrink", four),
+        claim_line(3, "unseen-client accuracy below training-client accuracy", three),
+        claim_line(4, "Tables 2-3: accuracy falls as epsilon or delta shrink", four),
     ]
 
 

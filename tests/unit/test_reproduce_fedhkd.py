@@ -124,7 +124,7 @@ def test_claims_count_only_ended_runs_and_pair_the_gain_by_seed() -> None:
     runs += [run("n10-b0.5", "fedhkd", s, 0.78 + 0.001 * s) for s in (1, 2, 3)]
     runs += [run("n10-b0.5", "fedavg", s, 0.80 + 0.001 * s) for s in (3, 1, 2)]
     four = claims(runs)[3]
-    assert four.startswith("4.") and "[+4.00 (3/3 seeds); -; " in four  # global; beta 5 not run
+    assert four.startswith("4.") and "[+4.00 (3/3 seeds), supported; -; " in four  # beta 5 not run
 
 
 def test_the_rank_claim_needs_every_method_and_two_methods_beyond_the_noise_to_fail() -> None:
