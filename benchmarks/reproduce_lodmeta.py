@@ -242,7 +242,7 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
     that have done their :data:`STEPS` steps; of a run still under way, claim 2 takes only
     the communication at which it already reached the target (where it has not yet, nothing:
     "never reached" needs the whole run)."""
-    under_way = [r for r in runs if not full_length(r)]
+    every = runs
     runs = [r for r in runs if full_length(r)]
     g = _group(runs)
     s = "regular-5shot"
@@ -259,14 +259,13 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
     # client's exchange, while each of its rounds has every client gossip)
     two: list[tuple[str, str]] = []
     mine = [r for r in runs if r["setting"] == s and not r["label"]]
-    going = [r for r in under_way if r["setting"] == s and not r["label"]]
     for other in ("lodmeta_basic", "l2c"):
         ratios, in_bytes = [], []
         for seed in sorted({r["seed"] for r in mine}):
             lod = next((r for r in mine if r["method"] == "lodmeta" and r["seed"] == seed), None)
-            oth = next((r for r in mine if r["method"] == other and r["seed"] == seed), None)
-            if oth is None:  # under way: counts once it has reached the target
-                oth = next((r for r in going if r["method"] == other and r["seed"] == seed), None)
+            # the other may be under way: it counts once it has reached the target
+            oth = next((r for r in every if (r["setting"], r["label"], r["method"], r["seed"])
+                        == (s, "", other, seed)), None)  # fmt: skip
             if lod is None or oth is None or not lod["curve"]:
                 continue
             target = 0.95 * lod["curve"][-1][1]
