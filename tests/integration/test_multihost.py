@@ -110,6 +110,7 @@ def _wait_health(hosts: Hosts, url: str, server: subprocess.Popen, base: dict[st
     assert "up" in said, f"the tracking server did not come up (exit {server.poll()})"
 
 
+@pytest.mark.slow  # the fault-injection tier: `make slow` (README, "Tests")
 def test_a_sweep_survives_losing_a_worker_host(fmnist, data_root: Path, tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.fail("the multi-host test needs root (ip netns, unshare, nsenter), as CI has")

@@ -77,6 +77,7 @@ def _assert_each_trial_ended_once(tmp: Path, num_samples: int) -> None:
         assert json.loads(run.data.params["trial.search_params"]).items() >= t.params.items()
 
 
+@pytest.mark.slow  # the fault-injection tier: `make slow` (README, "Tests")
 def test_driver_killed_between_tell_and_state_save_resumes_every_trial_exactly_once(
     data_root: Path, tmp_path: Path
 ) -> None:
@@ -199,6 +200,7 @@ def _trial_workers(driver_pid: int) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.slow  # the fault-injection tier: `make slow` (README, "Tests")
 def test_trial_worker_sigkill_is_retried_from_its_checkpoint(
     data_root: Path, tmp_path: Path
 ) -> None:

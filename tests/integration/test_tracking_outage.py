@@ -15,6 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.integration.postgres import wait_http
 from tests.integration.sweep_helpers import FEDSWEEP, env, free_port, tiny_spec, write_spec
 
@@ -53,6 +55,7 @@ def _children(url: str) -> list:
     return [r for r in runs if r.data.tags.get("fedsweep.kind") != "sweep"]
 
 
+@pytest.mark.slow  # the fault-injection tier: `make slow` (README, "Tests")
 def test_a_tracking_server_down_for_20_s_mid_sweep_loses_no_metric(
     data_root: Path, tmp_path: Path
 ) -> None:

@@ -38,6 +38,7 @@ def raw(data_root: Path) -> dict[str, Any]:
         "capacity": {"name": "fixed", "ratios": [1.0, 0.25, 1.0, 0.25]},
         "num_clients": 4,
         "samples_per_client": 100,
+        "global_test_per_class": 50,  # the server's test set, 500 records: fast
         "client_split": {"train": 0.6, "val": 0.2, "test": 0.2},
         "rounds": 8,
         "local_epochs": 1,

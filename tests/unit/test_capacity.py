@@ -68,6 +68,7 @@ def _raw(data_root: Path, **extra: object) -> dict:
         "data_root": str(data_root),
         "model": "pa3dfl_cnn_fmnist",
         "num_clients": 4,
+        "global_test_per_class": 50,
         "samples_per_client": 100,
         "partition": {"name": "iid"},
         "rounds": 1,

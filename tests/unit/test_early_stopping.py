@@ -32,6 +32,7 @@ def es_config(data_root: Path) -> dict[str, Any]:
         "dataset": "fmnist",
         "data_root": str(data_root),
         "num_clients": 4,
+        "global_test_per_class": 50,
         "samples_per_client": 100,
         "client_split": {"train": 0.6, "val": 0.2, "test": 0.2},
         "rounds": ROUNDS,

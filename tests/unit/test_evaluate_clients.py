@@ -21,7 +21,7 @@ LODMETA = ROOT / "sweeps" / "configs" / "lodmeta" / "fmnist_lodmeta.yaml"
 
 def _over(data_root: Path, fraction: float) -> list[str]:
     return [f"data_root={data_root}", "num_clients=6", "samples_per_client=50",
-            "local_epochs=1", "rounds=4", "seed=0", "workers=1",
+            "local_epochs=1", "rounds=4", "seed=0", "workers=1", "global_test_per_class=50",
             f"client_fraction={fraction}", "full_last_round=false"]  # fmt: skip
 
 

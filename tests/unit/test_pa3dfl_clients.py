@@ -22,7 +22,8 @@ def test_the_probe_reenters_a_checkpoint_for_the_chosen_widths(
     from flcore.experiment import build_capacity, build_engine
 
     over = [f"data_root={data_root}", "num_clients=6", "samples_per_client=50",
-            "local_epochs=1", "rounds=3", "seed=0", "workers=1"]  # fmt: skip
+            "global_test_per_class=50", "local_epochs=1", "rounds=3", "seed=0",
+            "workers=1"]  # fmt: skip
     engine = build_engine(load_config(CONFIG, over))
     next(engine.iter_rounds())
     ckpt = tmp_path / "checkpoint.pt"

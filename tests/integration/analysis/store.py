@@ -77,6 +77,7 @@ def base_config(data_root: Path, output_dir: Path, **over: Any) -> dict[str, Any
         "dataset": "fmnist",
         "data_root": str(data_root),
         "num_clients": 4,
+        "global_test_per_class": 50,
         "samples_per_client": 100,
         "test_samples_per_client": 100,
         "rounds": 2,

@@ -136,6 +136,7 @@ def test_ditto_with_dpsgd_is_tagged_and_spends_what_dp_fedavg_spends(data_root: 
             "algorithm": algorithm,
             "data_root": str(data_root),
             "num_clients": 3,
+            "global_test_per_class": 50,
             "samples_per_client": 60,
             "rounds": 2,
             "local_epochs": 1,

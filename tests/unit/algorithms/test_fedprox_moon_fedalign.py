@@ -38,6 +38,7 @@ def make_cfg(data_root: Path, algorithm: str, **over: Any):  # type: ignore[no-u
         "dataset": "fmnist",
         "data_root": str(data_root),
         "num_clients": 4,
+        "global_test_per_class": 50,
         "samples_per_client": 100,
         "test_samples_per_client": 20,
         "client_split": {"train": 0.75, "test": 0.25},

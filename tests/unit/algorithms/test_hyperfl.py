@@ -40,6 +40,7 @@ def _cfg(data_root: Path, **over):  # type: ignore[no-untyped-def]
         "algorithm": "hyperfl",
         "data_root": str(data_root),
         "num_clients": 3,
+        "global_test_per_class": 50,
         "samples_per_client": 150,
         "test_samples_per_client": 100,
         "rounds": 3,

@@ -23,6 +23,7 @@ def _cfg(data_root: Path, algorithm: str, model: str, **over):  # type: ignore[n
         "model": model,
         "model_params": {"tiny": True, "image_size": 32},
         "num_clients": 3,
+        "global_test_per_class": 50,
         "samples_per_client": 48,
         "test_samples_per_client": 48,
         "rounds": 1,

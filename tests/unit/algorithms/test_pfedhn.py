@@ -18,6 +18,7 @@ def _cfg(data_root: Path, algorithm: str, **over):  # type: ignore[no-untyped-de
         "algorithm": algorithm,
         "data_root": str(data_root),
         "num_clients": 4,
+        "global_test_per_class": 50,
         "samples_per_client": 100,
         "test_samples_per_client": 50,
         "rounds": 2,

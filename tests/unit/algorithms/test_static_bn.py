@@ -30,6 +30,7 @@ def _cfg(data_root: Path, ratios: list[float], **over):  # type: ignore[no-untyp
         "model": "pa3dfl_cnn_fmnist_sbn",
         "capacity": {"name": "fixed", "ratios": ratios},
         "num_clients": len(ratios),
+        "global_test_per_class": 50,
         "samples_per_client": 100,
         "rounds": 3,
         "local_epochs": 1,

@@ -28,6 +28,7 @@ def _cfg(data_root: Path, algorithm: str, **over):  # type: ignore[no-untyped-de
         "data_root": str(data_root),
         "model": "pa3dfl_cnn_fmnist",
         "num_clients": 4,
+        "global_test_per_class": 50,
         "samples_per_client": 100,
         "client_split": {"train": 0.6, "val": 0.2, "test": 0.2},
         "capacity": {"name": "fixed", "ratios": RATIOS},

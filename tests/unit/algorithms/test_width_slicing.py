@@ -34,6 +34,7 @@ def _cfg(data_root: Path, algorithm: str, ratios: list[float], **over):  # type:
         "capacity": {"name": "fixed", "ratios": ratios},
         "client_split": {"train": 0.6, "val": 0.2, "test": 0.2},
         "num_clients": len(ratios),
+        "global_test_per_class": 50,
         "samples_per_client": 100,
         "rounds": 3,
         "local_epochs": 1,

@@ -135,6 +135,7 @@ def test_the_tailored_attack_recovers_hyperfls_embedding_and_runs_end_to_end(
         "algorithm": "hyperfl",
         "data_root": str(data_root),
         "num_clients": 2,
+        "global_test_per_class": 50,
         "samples_per_client": 40,
         "test_samples_per_client": 20,
         "rounds": 2,

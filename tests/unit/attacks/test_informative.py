@@ -116,6 +116,7 @@ def raw(data_root: Path) -> dict[str, Any]:
         "dataset": "fmnist",
         "data_root": str(data_root),
         "num_clients": 2,
+        "global_test_per_class": 50,
         "samples_per_client": 40,
         "test_samples_per_client": 20,
         "rounds": 1,
