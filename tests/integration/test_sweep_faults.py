@@ -141,9 +141,9 @@ def test_driver_killed_between_tell_and_state_save_resumes_every_trial_exactly_o
             assert sorted(steps) == [1, 2], (run.data.tags.get("algorithm"), metric, steps)
 
 
-# SIGINT (a graceful stop at any moment, then the same resume, ~80 s) is marked slow to keep the
-# default run under 15 minutes on 2 cores; the SIGKILL case is the deterministic test above.
-@pytest.mark.slow
+# SIGINT: a graceful stop at any moment, then the same resume (~110 s); the SIGKILL case above is
+# the deterministic one.
+@pytest.mark.slow  # the fault-injection tier: `make slow` (README, "Tests")
 def test_resume_after_driver_sigint_ends_every_trial_exactly_once(
     data_root: Path, tmp_path: Path
 ) -> None:
