@@ -31,6 +31,31 @@ def test_rdp_matches_opacus_and_pld_matches_dp_accounting() -> None:
     assert compute_epsilon([(1.1, 0.01, 1000)], 1e-5, "pld") == pytest.approx(pld.get_epsilon(1e-5))
 
 
+def test_rdp_epsilon_is_opacus_s_bitwise_and_each_step_s_rdp_is_computed_once() -> None:
+    """compute_epsilon remembers each (sigma, q)'s one-step RDP: every history, resumed runs'
+    several entries included, gets exactly what Opacus's RDPAccountant computes."""
+    from opacus.accountants import RDPAccountant
+
+    from flcore.privacy import accounting
+    from flcore.privacy.accounting import RDP_ORDERS
+
+    accounting._rdp_per_step.cache_clear()
+    histories = [
+        [(1.1, 0.01, 1)],
+        [(1.1, 0.01, 1000)],
+        [(1.1, 0.01, 7), (0.8, 0.05, 3), (1.1, 0.01, 2)],  # a noise change and back
+        [(4.0, 1.0, 50)],  # no sampling
+    ]
+    for history in histories:
+        ref = RDPAccountant()
+        ref.history = list(history)
+        assert compute_epsilon(history, 1e-5) == ref.get_epsilon(1e-5, alphas=RDP_ORDERS)
+    info = accounting._rdp_per_step.cache_info()
+    assert (info.misses, info.hits) == (3, 3)  # (1.1, 0.01), (0.8, 0.05), (4.0, 1.0) once each
+    with pytest.raises(ValueError, match="read-only"):
+        accounting._rdp_per_step(1.1, 0.01)[0] = 0.0
+
+
 def test_cli_epsilon_equals_the_library_value() -> None:
     from opacus.accountants import RDPAccountant
 
