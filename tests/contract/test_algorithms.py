@@ -61,6 +61,12 @@ PRIVACY = {
 #: what an algorithm that needs another network gets (HyperFL-LPM: a backbone with adapters)
 MODEL = {"hyperfl_lpm": {"model": "resnet18_adapter", "model_params": {"tiny": True}}}
 
+#: what an algorithm with a server hypernetwork gets: small embeddings and hidden layers, the
+#: same code at a fraction of the cost (HyperFL's default generator made its contract runs
+#: 7x slower; the contract checks behaviour, not accuracy)
+SMALL_HN = {"embed_dim": 8, "hidden_dim": 16}
+PARAMS = {"hyperfl": SMALL_HN, "pa3dfl": SMALL_HN}
+
 
 #: what a meta-learning algorithm gets: three few-shot clients (5-way 1-shot, 3 query and 3
 #: test records a class) and two unseen ones, on CONV4 at 16 channels; a walk or gossip
@@ -101,6 +107,8 @@ def _cfg(raw: dict, algorithm: str):  # type: ignore[no-untyped-def]
     if cls.needs_fewshot:
         raw = {k: v for k, v in raw.items() if k not in SERVER_KEYS}
         extra |= FEWSHOT | (GRAPH if cls.topology != "server" else {})
+    if algorithm in PARAMS:
+        extra |= {"algorithm_params": PARAMS[algorithm]}
     return validate_config(raw | {"algorithm": algorithm} | extra | MODEL.get(algorithm, {}))
 
 
