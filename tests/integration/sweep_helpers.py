@@ -1,4 +1,5 @@
-"""Helpers for the sweep tests: a tiny spec on real FMNIST, the CLI as a subprocess, MLflow."""
+"""Helpers for the sweep tests: a tiny spec on real FMNIST, the CLI as a subprocess (or in this
+process, where only the command's own work is under test), MLflow."""
 
 from __future__ import annotations
 
@@ -79,6 +80,34 @@ def cli(
         timeout=timeout,
         env=env(**extra),
     )
+
+
+class InProcess:
+    """What :func:`cli_in_process` returns: the fields of a ``CompletedProcess`` tests read."""
+
+    def __init__(self, result: Any) -> None:
+        self.returncode: int = result.exit_code
+        self.stdout: str = result.stdout
+        self.stderr: str = result.stderr
+
+
+def cli_in_process(args: list[str], cwd: Path, **extra: str) -> InProcess:
+    """The CLI in this process, from ``cwd``, with no tracking variables set and ``extra`` in
+    the environment: for checks of a command's own behaviour (refusals above all), where the
+    console script's start-up (imports, about 5 CPU-seconds a call) is covered by the tests
+    that run it."""
+    import pytest
+    from typer.testing import CliRunner
+
+    from sweeps.cli import app
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(cwd)
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        mp.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+        for k, v in extra.items():
+            mp.setenv(k, v)
+        return InProcess(CliRunner().invoke(app, args))
 
 
 def client(tmp: Path) -> Any:

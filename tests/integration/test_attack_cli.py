@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from sweeps.tracking import mlflow_client
+from tests.integration.sweep_helpers import cli_in_process
 from tests.integration.test_cli_run import _cli
 
 
@@ -83,7 +84,7 @@ def test_bad_attack_configs_exit_2_before_any_work(
     attack_config: Path, tmp_path: Path, override: str, message: str
 ) -> None:
     extra = ["--set", "attack.batch=2"] if "images=3" in override else []
-    out = _cli(["attack", str(attack_config), "--set", override, *extra], tmp_path)
+    out = cli_in_process(["attack", str(attack_config), "--set", override, *extra], tmp_path)
     assert out.returncode == 2
     assert message in out.stderr
     assert not (tmp_path / "mlflow.db").exists()

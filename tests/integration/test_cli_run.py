@@ -14,6 +14,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.integration.sweep_helpers import cli_in_process
+
 FEDSWEEP = shutil.which("fedsweep") or str(Path(sys.executable).parent / "fedsweep")
 
 
@@ -129,10 +131,21 @@ def test_bad_config_exits_2_and_writes_nothing(
 ) -> None:
     cfg = tmp_path / "exp.yaml"
     cfg.write_text(yaml.safe_dump(tiny_config))
-    out = _cli(["run", str(cfg), "--set", override, "--json"], tmp_path)
+    out = cli_in_process(["run", str(cfg), "--set", override, "--json"], tmp_path)
     assert out.returncode == 2
     assert out.stdout == ""
     assert needle in out.stderr and "invalid config" in out.stderr
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "runs").exists()
+
+
+def test_the_console_script_exits_2_on_a_bad_config(tiny_config: dict, tmp_path: Path) -> None:
+    """The refusals above run in this process; one goes through the console script."""
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_config))
+    out = _cli(["run", str(cfg), "--set", "algorithm=nope", "--json"], tmp_path)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert "algorithm" in out.stderr and "invalid config" in out.stderr
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "runs").exists()
 
 
@@ -150,7 +163,7 @@ def test_bad_capacity_exits_2_and_writes_nothing(
     cfg = tmp_path / "exp.yaml"
     raw = tiny_config | {"model": "pa3dfl_cnn_fmnist", "capacity": capacity}
     cfg.write_text(yaml.safe_dump(raw))
-    out = _cli(["run", str(cfg), "--json"], tmp_path)
+    out = cli_in_process(["run", str(cfg), "--json"], tmp_path)
     assert out.returncode == 2
     assert out.stdout == ""
     assert needle in out.stderr and "capacity" in out.stderr
@@ -158,11 +171,11 @@ def test_bad_capacity_exits_2_and_writes_nothing(
 
 
 def test_list_prints_registered_names(tmp_path: Path) -> None:
-    out = _cli(["list", "algorithms"], tmp_path)
+    out = _cli(["list", "algorithms"], tmp_path)  # the console script once, then in this process
     assert out.returncode == 0 and {"fedavg", "local"} <= set(out.stdout.split())
-    out = _cli(["list", "partitioners"], tmp_path)
+    out = cli_in_process(["list", "partitioners"], tmp_path)
     assert set(out.stdout.split()) >= {"iid", "dirichlet", "pathological", "dominant"}
-    out = _cli(["list", "datasets"], tmp_path)
+    out = cli_in_process(["list", "datasets"], tmp_path)
     assert set(out.stdout.split()) >= {"fmnist", "emnist", "cifar10", "cifar100", "svhn", "cinic10"}
 
 

@@ -13,6 +13,7 @@ from analysis.runs import unsanitize as _unsanitize
 from tests.integration.sweep_helpers import (
     child_runs,
     cli,
+    cli_in_process,
     client,
     env,
     study_states,
@@ -248,11 +249,14 @@ def test_dry_run_starts_no_ray(data_root: Path, tmp_path: Path) -> None:
 def test_malformed_spec_exits_2_before_ray(
     data_root: Path, tmp_path: Path, over: dict, needle: str
 ) -> None:
+    """In this process (the console script's refusal: test_resume_spec): exit 2 naming the
+    problem, nothing written, Ray not started."""
     path = write_spec(tmp_path, tiny_spec(data_root, **over))
-    out = cli(["sweep", str(path)], tmp_path, timeout=300)
+    out = cli_in_process(["sweep", str(path)], tmp_path)
     assert out.returncode == 2, out.stderr[-2000:]
     assert needle in " ".join(out.stderr.split()), out.stderr[-2000:]  # rich wraps lines
     assert not (tmp_path / "sweeps_out").exists() and not (tmp_path / "mlflow.db").exists()
+    assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
 
 
 def test_missing_value_makes_an_unreportable_objective_legal(

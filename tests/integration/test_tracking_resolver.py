@@ -10,26 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import pytest
-from typer.testing import CliRunner
 
-from sweeps.cli import app
+from tests.integration.sweep_helpers import cli_in_process as cli
 from tests.integration.sweep_helpers import tiny_spec, write_spec
-
-
-class _Result:
-    def __init__(self, r: object) -> None:
-        self.returncode = r.exit_code  # type: ignore[attr-defined]
-        self.stdout, self.stderr = r.stdout, r.stderr  # type: ignore[attr-defined]
-
-
-def cli(args: list[str], cwd: Path) -> _Result:
-    """The CLI in this process, from ``cwd``, with no tracking variables set."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(cwd)
-        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        mp.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
-        return _Result(CliRunner().invoke(app, args))
 
 
 def _store(uri: str, experiment: str) -> str:

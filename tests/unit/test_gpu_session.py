@@ -46,7 +46,7 @@ def test_the_outputs_come_back_in_few_small_files(tmp_path: Path) -> None:
 
 
 def test_side_by_side_runs_come_back_without_checkpoints(tmp_path: Path, data_root: Path) -> None:
-    """Stage 12's runs (here one FedAvg round of FedHKD's setup, on the CPU) run as their own
+    """Stage 12's runs (one round of FedHKD's setup, made small, on the CPU) run as their own
     processes and come back as run folders without checkpoints, with each run's JSON."""
     import json
     import sys
@@ -57,7 +57,8 @@ def test_side_by_side_runs_come_back_without_checkpoints(tmp_path: Path, data_ro
         "STAGES": "12",
         "F12_SETTINGS": "n10-b0.5",
         "F12_METHODS": "fedavg fedproto",
-        "F12_EXTRA": "--rounds 1",
+        # one local epoch, 500 global test images: the plumbing is under test, not the training
+        "F12_EXTRA": "--rounds 1 --set local_epochs=1 --set global_test_per_class=50 --label quick",
         "SBS_DEVICE": "cpu",
         "JOBS": "2",
         "T_END": "600",
