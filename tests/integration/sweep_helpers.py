@@ -91,11 +91,10 @@ class InProcess:
         self.stderr: str = result.stderr
 
 
-def cli_in_process(args: list[str], cwd: Path, **extra: str) -> InProcess:
-    """The CLI in this process, from ``cwd``, with no tracking variables set and ``extra`` in
-    the environment: for checks of a command's own behaviour (refusals above all), where the
-    console script's start-up (imports, about 5 CPU-seconds a call) is covered by the tests
-    that run it."""
+def cli_in_process(args: list[str], cwd: Path) -> InProcess:
+    """The CLI in this process, from ``cwd``, with no tracking variables set: for checks of a
+    command's own behaviour (refusals above all), where the console script's start-up
+    (imports, about 5 CPU-seconds a call) is covered by the tests that run it."""
     import pytest
     from typer.testing import CliRunner
 
@@ -105,8 +104,6 @@ def cli_in_process(args: list[str], cwd: Path, **extra: str) -> InProcess:
         mp.chdir(cwd)
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)
         mp.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
-        for k, v in extra.items():
-            mp.setenv(k, v)
         return InProcess(CliRunner().invoke(app, args))
 
 
