@@ -7,8 +7,11 @@ every trial at each ask), against the tracking store ``--tracking-uri`` (default
 file; give ``http://HOST:PORT`` for a ``fedsweep server`` on PostgreSQL, with ``--optuna
 postgresql://...`` for the study). Prints JSON: the sweep's ``driver_seconds`` (mlflow, optuna,
 their share of the wall time), trials per minute, and the tally at every 10th finished trial.
+``--reuse both`` runs the sweep twice in one invocation, a fresh worker process per trial and
+then with ``reuse_actors`` (the spec's default), and adds the ratio of their trials per minute.
 
     .venv/bin/python benchmarks/driver_throughput.py --trials 100 --concurrency 2
+    .venv/bin/python benchmarks/driver_throughput.py --trials 40 --concurrency 2 --reuse both
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from _machine import machine  # noqa: E402
 OUT = Path(os.environ.get("FEDSWEEP_RUNS", Path.home() / ".cache" / "fedsweep-runs")) / "driver"
 
 
-def spec(args: argparse.Namespace, folder: Path) -> Any:
+def spec(args: argparse.Namespace, folder: Path, reuse: bool = True) -> Any:
     from sweeps.spec import validate_spec
 
     uri = args.tracking_uri or f"sqlite:///{folder / 'mlflow.db'}"
@@ -49,6 +52,7 @@ def spec(args: argparse.Namespace, folder: Path) -> Any:
         "objectives": {"accuracy": "max", "bytes_up": "min"},
         "num_samples": args.trials,
         "max_concurrent_trials": args.concurrency,
+        "reuse_actors": reuse,
         "sampler": {"name": "tpe", "seed": 1},
         "storage": {
             "path": str(folder / "sweeps_out"),
@@ -67,13 +71,37 @@ def main() -> None:
     p.add_argument("--tracking-uri", default=None)
     p.add_argument("--optuna", default=None, help="the study's storage (default: the sweep's)")
     p.add_argument("--out", type=Path, default=None, help=f"JSON file (default under {OUT})")
+    p.add_argument(
+        "--reuse",
+        choices=("on", "off", "both"),
+        default="on",
+        help="reuse_actors: on (the default), off (a fresh process per trial), or both in turn",
+    )
     args = p.parse_args()
+    if args.reuse == "both":
+        runs = {"off": measure(args, reuse=False), "on": measure(args, reuse=True)}
+        doc = {
+            "machine": machine(),
+            "reuse_off": runs["off"],
+            "reuse_on": runs["on"],
+            "trials_per_minute_ratio_on_over_off": runs["on"]["trials_per_minute"]
+            / runs["off"]["trials_per_minute"],
+        }
+    else:
+        doc = {"machine": machine()} | measure(args, reuse=args.reuse == "on")
+    out = args.out or OUT / f"driver-{args.trials}-{int(time.time())}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1))
+    print(json.dumps(doc, indent=1))
 
+
+def measure(args: argparse.Namespace, *, reuse: bool) -> dict[str, Any]:
+    """One sweep of ``args.trials`` trials; its wall time, driver time and timeline."""
     from sweeps.driver_time import timeline
     from sweeps.sweep import run_sweep
 
     folder = Path(tempfile.mkdtemp(prefix="driver-throughput-"))
-    s = spec(args, folder)
+    s = spec(args, folder, reuse)
     began = time.perf_counter()
     summary = run_sweep(s, verbose=0)
     wall = time.perf_counter() - began
@@ -84,10 +112,10 @@ def main() -> None:
         for m in marks
         if int(m["finished"]) % 10 == 0
     ]
-    doc = {
-        "machine": machine(),
+    return {
         "trials": args.trials,
         "concurrency": args.concurrency,
+        "reuse_actors": reuse,
         "tracking": s.tracking.uri,
         "finished": sum(t["status"] == "FINISHED" for t in summary["trials"]),
         "wall_seconds": wall,
@@ -100,10 +128,6 @@ def main() -> None:
         },
         "timeline_every_10": every,
     }
-    out = args.out or OUT / f"driver-{args.trials}-{int(time.time())}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1))
-    print(json.dumps(doc, indent=1))
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 Top-level keys: ``name``, ``base`` (an experiment config, inline or a path relative to the spec),
 ``algorithms``, ``objectives``, ``seeds``, ``num_samples``, ``max_concurrent_trials``,
-``rounds_per_step``, ``resources``, ``scheduler``, ``sampler``, ``max_failures``, ``checkpoint``,
-``tracking``, ``storage`` and ``ray``. ``--set`` reaches every key, ``base.*`` included.
+``reuse_actors``, ``rounds_per_step``, ``resources``, ``scheduler``, ``sampler``,
+``max_failures``, ``checkpoint``, ``tracking``, ``storage`` and ``ray``. ``--set`` reaches every
+key, ``base.*`` included.
 
 Decisions checked here, before anything starts (each a ``ConfigError`` naming the key):
 
@@ -147,6 +148,11 @@ class SweepSpec(_Strict):
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     num_samples: int = Field(8, ge=1)
     max_concurrent_trials: int = Field(2, ge=1)
+    reuse_actors: bool = Field(
+        True,
+        description="a finished trial's Ray actor runs the next one (its imports and loaded "
+        "datasets kept, new engines built); false: a fresh process per trial",
+    )
     rounds_per_step: int = Field(1, ge=1)
     resources: ResourcesSpec = ResourcesSpec()
     scheduler: SchedulerSpec = SchedulerSpec()

@@ -362,7 +362,7 @@ def run_sweep(
                     scheduler=scheduler,
                     num_samples=spec.num_samples,
                     max_concurrent_trials=spec.max_concurrent_trials,
-                    reuse_actors=False,
+                    reuse_actors=spec.reuse_actors,
                 ),
                 run_config=tune.RunConfig(
                     name=spec.name,

@@ -25,6 +25,7 @@ with each). A checkpoint holds every seed's whole engine state.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -112,17 +113,37 @@ class FLTrainable(tune.Trainable):
         gpu: float = 0.0,
         checkpoint_seconds: float | None = None,
     ) -> None:
+        # the spec's pieces (the same for every trial of a sweep): a reused actor keeps them
+        self._spec = {
+            "base": base,
+            "seeds": seeds,
+            "rounds_per_step": rounds_per_step,
+            "objectives": objectives,
+            "fills": fills,
+            "device": device,
+            "gpu": gpu,
+            "checkpoint_seconds": checkpoint_seconds,
+        }
         torch.set_num_threads(trial_threads())
+        self._build(config)
+        # From process start (interpreter, imports, data, engines) to ready: the per-trial cost.
+        self._startup_s = _process_age()
+
+    def _build(self, config: dict[str, Any]) -> None:
+        """This trial's engines (one per seed) and its empty per-trial state."""
+        spec = self._spec
         # checkpoint.every auto: ask Tune for a save once this much training time has passed
-        self.checkpoint_seconds = checkpoint_seconds
+        self.checkpoint_seconds = spec["checkpoint_seconds"]
         self._saved_at = time.monotonic()
-        self.base = ExperimentConfig.model_validate(base)
-        self.seeds = list(seeds)
-        self.rounds_per_step = rounds_per_step
-        self.objectives = list(objectives)
-        self.exp_config = trial_placement(trial_experiment_config(config, self.base), device, gpu)
+        self.base = ExperimentConfig.model_validate(spec["base"])
+        self.seeds = list(spec["seeds"])
+        self.rounds_per_step = spec["rounds_per_step"]
+        self.objectives = list(spec["objectives"])
+        self.exp_config = trial_placement(
+            trial_experiment_config(config, self.base), spec["device"], spec["gpu"]
+        )
         # only the objectives this algorithm cannot report (spec-level, see missing_fills)
-        self.fills = dict(fills.get(self.exp_config.algorithm, {}))
+        self.fills = dict(spec["fills"].get(self.exp_config.algorithm, {}))
         self.engines: list[Engine] = []
         for seed in self.seeds:
             cfg = self.exp_config.model_copy(update={"seed": seed})
@@ -131,11 +152,18 @@ class FLTrainable(tune.Trainable):
         # every step's numeric report, kept in the checkpoint: a resumed driver re-logs from it
         # what a killed driver had queued but not written (MLflowDriverCallback.relog_missing)
         self._reports: list[dict[str, float]] = []
-        # From process start (interpreter, imports, data, engines) to ready: the per-trial cost.
-        self._startup_s = _process_age()
+        self._grid_sent = False
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
-        return False  # a new configuration needs new engines; Ray then builds a new actor
+        """A new trial in this actor (``reuse_actors``): new engines for the new configuration,
+        every per-trial state emptied; the process, its imports and its loaded datasets stay.
+        ``startup_seconds`` is then this reset's time (build to ready), not the process's age."""
+        started = time.monotonic()
+        self.engines = []  # free the last trial's engines (and their cycles) before the next
+        gc.collect()
+        self._build(new_config)
+        self._startup_s = time.monotonic() - started
+        return True
 
     def step(self) -> dict[str, Any]:
         diverged = False
@@ -225,7 +253,7 @@ class FLTrainable(tune.Trainable):
     def _attack_grid(self) -> str | None:
         """The first seed's attack image grid as base64 PNG, the first time one exists (it
         travels in the result: the driver may be on another machine than this worker)."""
-        if getattr(self, "_grid_sent", False):
+        if self._grid_sent:
             return None
         from sweeps.attack_artifacts import grid_png_base64
 

@@ -26,10 +26,12 @@ def test_two_trial_sweep_parent_children_parquet_and_study(data_root: Path, tmp_
     # sampler seed 0 draws local, then fedavg (seed 1, the helper's, draws local twice)
     # checkpoint.every auto with an hour between saves: each trial saves at its end only, however
     # slowly a loaded machine runs it (at 60 s, the default, a trial slowed 30x saved twice)
+    # one trial at a time: the second runs in the first one's Ray worker (reuse_actors)
     spec = tiny_spec(
         data_root,
         sampler={"name": "random", "seed": 0},
         checkpoint={"every": "auto", "min_seconds": 3600},
+        max_concurrent_trials=1,
     )
     # every trial also runs a (tiny) privacy evaluation of its last round
     spec["base"]["attack"] = {"name": "ig", "images": 1, "iterations": 5}
@@ -48,6 +50,12 @@ def test_two_trial_sweep_parent_children_parquet_and_study(data_root: Path, tmp_
     assert len(trial_dirs) == 2
     for d in trial_dirs:
         assert sorted(p.name for p in d.glob("checkpoint_*")) == ["checkpoint_000000"], d
+    pids = {
+        json.loads(line)["pid"]
+        for d in trial_dirs
+        for line in (d / "result.json").read_text().splitlines()
+    }
+    assert len(pids) == 1, pids  # one worker process ran both trials
 
     c = client(tmp_path)
     parent = c.get_run(doc["parent_run_id"])
