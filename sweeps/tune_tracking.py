@@ -172,6 +172,9 @@ class MLflowDriverCallback(Callback):
         # restored from an older checkpoint re-reports what is already logged (not logged again)
         self._logged: dict[str, int] = {}
         self._floor: dict[str, int] = {}
+        # Tune trial id -> its Optuna trial's storage id, once found in this driver (a Tune
+        # trial keeps its Optuna trial: the searcher links them at the trial's first suggest)
+        self._optuna_ids: dict[str, int] = {}
         # True only in the driver that started the sweep: no earlier driver can have made a
         # run for one of its trials, so a trial's run is looked up in the store only after a
         # resume (saves two searches and a flush on Tune's loop per trial)
@@ -189,6 +192,7 @@ class MLflowDriverCallback(Callback):
             "_settled": set(),
             "_logged": {},
             "_floor": {},
+            "_optuna_ids": {},
             "fresh": False,
         }
 
@@ -229,8 +233,18 @@ class MLflowDriverCallback(Callback):
 
     # ------------------------------------------------------------------ runs
     def _optuna_trial(self, trial_id: str) -> Any:
-        """The Optuna trial (frozen, current) that Tune trial ``trial_id`` runs, or None."""
-        return self.study.find(trial_id) if self.study is not None else None
+        """The Optuna trial (frozen, current) that Tune trial ``trial_id`` runs, or None: a scan
+        of the study the first time, then a read of that one trial (a trial's start, first
+        result and end each ask; a finished trial is read from Optuna's cache)."""
+        if self.study is None:
+            return None
+        known = self.__dict__.setdefault("_optuna_ids", {})  # a callback pickled before the memo
+        if trial_id in known:
+            return self.study.get(known[trial_id])
+        found = self.study.find(trial_id)
+        if found is not None:
+            known[trial_id] = found._trial_id
+        return found
 
     def _child(self, **tags: str) -> str | None:
         """The id of a live child run of this sweep's parent with these tags, or None."""

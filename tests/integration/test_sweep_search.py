@@ -277,6 +277,32 @@ def test_runs_end_as_their_optuna_trial_was_told_and_carry_privacy_tags(tmp_path
     assert run.data.metrics["accuracy"] == 0.4
 
 
+def test_the_callback_scans_the_study_once_per_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trial's start, results and end each need its Optuna trial: the study is scanned for
+    it once, then that trial alone is read (and still seen as the searcher tells it)."""
+    search = _searcher(tmp_path)
+    callback, client, exp_id = _callback(tmp_path, link=search._link)
+    scans = []
+    find = search._link.find
+    monkeypatch.setattr(search._link, "find", lambda tid: scans.append(tid) or find(tid))
+    trial = Trial("FLTrainable", config=search.suggest("t1"), trial_id="t1", stub=True)
+    callback.on_trial_start(0, [], trial)
+    result = {"accuracy": 0.5, "epsilon": 1.0, "round": 2, "rounds_completed": 2,
+              "rounds_total": 2}  # fmt: skip
+    callback.on_trial_result(0, [], trial, result)
+    trial.run_metadata.last_result = result
+    search.on_trial_complete("t1", result)
+    callback.on_trial_complete(0, [], trial)
+    callback.flush()
+    assert scans == ["t1"]
+    [run] = _children(client, exp_id)
+    assert (run.info.status, run.data.tags["status"]) == ("FINISHED", "FINISHED")
+    [told] = _trials(tmp_path)
+    assert told.user_attrs[ATTR_MLFLOW_RUN] == run.info.run_id
+
+
 def test_steps_a_restored_trial_re_reports_are_logged_once(tmp_path: Path) -> None:
     """A trial restored from an older checkpoint re-runs steps already logged: a retried
     attempt in the same driver, and a resumed driver (a fresh copy, its store read once a
