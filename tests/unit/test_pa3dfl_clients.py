@@ -23,7 +23,7 @@ def test_the_probe_reenters_a_checkpoint_for_the_chosen_widths(
 
     over = [f"data_root={data_root}", "num_clients=6", "samples_per_client=50",
             "global_test_per_class=50", "local_epochs=1", "rounds=3", "seed=0",
-            "workers=1"]  # fmt: skip
+            "workers=1", "algorithm_params.power_iterations=2"]  # fmt: skip
     engine = build_engine(load_config(CONFIG, over))
     next(engine.iter_rounds())
     ckpt = tmp_path / "checkpoint.pt"

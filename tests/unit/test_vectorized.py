@@ -83,7 +83,13 @@ _PA3DFL = {
     "samples_per_client": 100,
     "client_split": {"train": 0.6, "val": 0.2, "test": 0.2},
 }
-_PA3DFL_HN = {"embed_dim": 4, "hidden_dim": 8, "encoder_depth": 2, "n_alpha": 3}
+_PA3DFL_HN = {
+    "embed_dim": 4,
+    "hidden_dim": 8,
+    "encoder_depth": 2,
+    "n_alpha": 3,
+    "power_iterations": 2,
+}
 
 CASES = {
     "fedavg": {},

@@ -104,7 +104,8 @@ Choices where the paper is silent, and deviations:
   map ``1 / lambda``; the row-mixing part (input layer, row codes, shared output layer) ``kappa
   / lambda``; and for the embeddings, encoder and temperatures together ``kappa / lambda`` over
   every generated tensor; ``lambda`` is the group's largest eigenvalue of ``J J^T`` (power
-  iteration, ``top_eigenvalue``, at client 0's full-width output) and ``kappa = 1/4``. The top
+  iteration, ``top_eigenvalue``, ``power_iterations`` steps, default 20, at client 0's
+  full-width output) and ``kappa = 1/4``. The top
   eigenvalue of the whole step is then at most ``1 + 2 kappa`` at the start (measured 1.21-1.25
   at Table 7's Hetero HN), under the 2 above which a repeated step diverges. The authors' code is
   not available, so how their decoders make Table 7's ``hn_lr`` 1.0 stable is not known; no
@@ -210,6 +211,13 @@ class Pa3dFLParams(AlgorithmParams):
         gt=0,
         description="clip each local step's gradient norm (None: no clipping, the paper's "
         "Algorithm 3); a stabiliser, see the module docstring",
+    )
+    power_iterations: int = Field(
+        20,
+        ge=1,
+        description="power-iteration steps behind each balanced step size (hn_step: balanced; "
+        "module docstring): fewer is cheaper at the start and estimates each top eigenvalue "
+        "lower (larger steps)",
     )
     hn_step: Literal["balanced", "plain"] = Field(
         "balanced",
@@ -381,6 +389,7 @@ def hn_step_sizes(
     head_in: int,
     generator: torch.Generator,
     kappa: float = _KAPPA,
+    iters: int = _POWER_ITERS,
 ) -> dict[str, float]:
     """Per-parameter step multipliers of the balanced server step (module docstring), measured
     at client 0's full-width output: each decoder's ``base`` 1; its bias map ``1 / lambda``;
@@ -415,7 +424,7 @@ def hn_step_sizes(
             ) -> tuple[torch.Tensor]:
                 return (functional_call(dec, dict(zip(keys, ps, strict=True)), args)[out],)
 
-            lam = top_eigenvalue(fn, tuple(sub.values()), generator)
+            lam = top_eigenvalue(fn, tuple(sub.values()), generator, iters)
             share = kappa if group == "mixed" else 1.0
             for k in keys:
                 sizes[f"{prefix}.{k}"] = share / lam if lam > 0 else 1.0
@@ -430,7 +439,7 @@ def hn_step_sizes(
         out = functional_call(hn, dict(zip(keys, ps, strict=True)), (0, plans, head_in))
         return tuple(out.values())
 
-    lam = top_eigenvalue(full, tuple(upstream.values()), generator)
+    lam = top_eigenvalue(full, tuple(upstream.values()), generator, iters)
     for k in keys:
         sizes[k] = kappa / lam if lam > 0 else 1.0
     return sizes
@@ -683,7 +692,9 @@ class Pa3dFL(Algorithm):
         if p.hn_step == "balanced":
             words = np.random.SeedSequence([self.seed, _STEP_SEED]).generate_state(1)
             gen = torch.Generator().manual_seed(int(words[0]))
-            self.hn_step_sizes = hn_step_sizes(self.hn, plans, model.head.in_features, gen)  # type: ignore[arg-type]
+            self.hn_step_sizes = hn_step_sizes(  # type: ignore[arg-type]
+                self.hn, plans, model.head.in_features, gen, iters=p.power_iterations
+            )
         else:
             self.hn_step_sizes = dict.fromkeys(names, 1.0)
         self._mean: WeightedMean | None = None

@@ -33,7 +33,9 @@ from flcore.executor import client_generator
 from flcore.experiment import build_engine
 
 SPEC = ModelSpec("pa3dfl_cnn_fmnist", 10, 1)
-TINY = {"embed_dim": 4, "hidden_dim": 8, "encoder_depth": 2}
+#: a tiny hypernetwork; two power-iteration steps per balanced step size (20 by default: the
+#: iterations dominated these tests' start-up) where a test does not judge the step sizes
+TINY = {"embed_dim": 4, "hidden_dim": 8, "encoder_depth": 2, "power_iterations": 2}
 
 
 def _alg(ratios: tuple[float, ...], **params: object) -> Pa3dFL:
@@ -261,7 +263,15 @@ def test_the_server_step_follows_eqs_7_and_8(hn_step: str) -> None:
 def _distance_after_rounds(hn_step: str, rounds: int) -> tuple[float, float]:
     """A client that returns the same target every round: ``||generated - target||`` before and
     after ``rounds`` server steps at Table 7's Hetero HN (hn_lr 1.0, [64, 64, 4])."""
-    alg = _alg((1.0, 0.5), hn_lr=1.0, embed_dim=64, hidden_dim=64, encoder_depth=4, hn_step=hn_step)
+    alg = _alg(
+        (1.0, 0.5),
+        hn_lr=1.0,
+        embed_dim=64,
+        hidden_dim=64,
+        encoder_depth=4,
+        hn_step=hn_step,
+        power_iterations=20,  # the default: the step sizes are what this test judges
+    )
     gen = torch.Generator().manual_seed(5)
     with torch.no_grad():
         start = {k: v.detach().clone() for k, v in alg._personal(0).items()}
@@ -288,6 +298,18 @@ def test_the_balanced_server_step_converges_where_the_plain_one_diverges() -> No
     _, balanced = _distance_after_rounds("balanced", 3)
     assert not plain < 10 * first  # farther than it started (or NaN)
     assert balanced < 0.05 * first
+
+
+def test_fewer_power_iterations_estimate_each_top_eigenvalue_lower() -> None:
+    # power iteration's Rayleigh quotient only grows toward J J^T's top eigenvalue (J J^T is
+    # symmetric PSD): with fewer steps each group's lambda is lower, its step size (share /
+    # lambda) no smaller; the knob reaches every group
+    few = _alg((1.0, 0.5), power_iterations=1).hn_step_sizes
+    many = _alg((1.0, 0.5), power_iterations=20).hn_step_sizes
+    assert few.keys() == many.keys()
+    assert all(many[k] <= few[k] * (1 + 1e-6) for k in few)
+    changed = {k.rsplit(".", 1)[0] for k in few if many[k] < few[k] * (1 - 1e-3)}
+    assert {"decoders.0", "head_decoder", "encoder.0"} <= changed, changed
 
 
 class _Rec(Callback):
@@ -428,7 +450,12 @@ def test_max_grad_norm_clips_the_local_steps(data_root: Path) -> None:
             "workers": 1,
             "capacity": {"name": "fixed", "ratios": [1.0, 0.25]},
             "optimizer": {"name": "sgd", "momentum": 0.0, "weight_decay": 0.0},
-            "algorithm_params": {"embed_dim": 8, "hidden_dim": 8, "encoder_depth": 2}
+            "algorithm_params": {
+                "embed_dim": 8,
+                "hidden_dim": 8,
+                "encoder_depth": 2,
+                "power_iterations": 2,
+            }
             | ({"max_grad_norm": clip} if clip else {}),
         }
         engine = build_engine(validate_config(raw))
