@@ -73,7 +73,6 @@ _LONG_FIRST = (
     "test_tracking_outage.py",
     "test_console.py",
     "test_tracking_server.py",
-    "test_resume_spec.py",
     "test_attack_cli.py",
 )
 

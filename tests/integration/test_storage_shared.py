@@ -44,6 +44,7 @@ def cluster() -> Iterator[tuple[str, Path, Path, dict[str, str]]]:
         subprocess.run(["rm", "-rf", str(home)], check=False)
 
 
+@pytest.mark.slow  # a 2-node cluster, with the fault-injection tier: `make slow` (README)
 def test_a_storage_path_the_cluster_does_not_share_is_refused_before_any_work(
     cluster: tuple[str, Path, Path, dict[str, str]], data_root: Path, tmp_path: Path
 ) -> None:

@@ -22,7 +22,9 @@ from tests.integration.sweep_helpers import (
 )
 
 
-def test_two_trial_sweep_parent_children_parquet_and_study(data_root: Path, tmp_path: Path) -> None:
+def test_two_trial_sweep_parent_children_parquet_study_and_a_refused_resume(
+    data_root: Path, tmp_path: Path
+) -> None:
     # sampler seed 0 draws local, then fedavg (seed 1, the helper's, draws local twice)
     # checkpoint.every auto with an hour between saves: each trial saves at its end only, however
     # slowly a loaded machine runs it (at 60 s, the default, a trial slowed 30x saved twice)
@@ -114,6 +116,37 @@ def test_two_trial_sweep_parent_children_parquet_and_study(data_root: Path, tmp_
     assert "Sweep <code>t</code>" in html and "sweep_spec.json" in html
     assert doc["parent_run_id"][:8] in html and "not started by a sweep" not in html
     assert all(t["run_id"][:8] in html for t in doc["trials"])
+
+    # --resume with changed settings is refused (this sweep's state, not a second sweep's):
+    # exit 2, the changed keys named, nothing written, Ray not reached
+    record = json.loads((tmp_path / "sweeps_out" / "t.spec.json").read_text())
+    assert record["spec"]["base"]["rounds"] == 2 and record["optuna"] == "sqlite"
+    # the sweep's own Optuna store, not the shared optuna.db of earlier versions
+    assert (tmp_path / "sweeps_out" / "t.optuna.db").is_file()
+    assert not (tmp_path / "sweeps_out" / "optuna.db").exists()
+    before = _files(tmp_path)
+    refused = cli(
+        [
+            "sweep",
+            str(path),
+            "--resume",
+            *("--set", "base.rounds=3", "--set", "seeds=[0, 1]"),
+            *("--set", "max_concurrent_trials=2"),  # may differ: not named
+            *("--address", "auto"),  # may differ (and would fail if Ray were reached: no cluster)
+        ],
+        tmp_path,
+        RAY_TMPDIR=str(tmp_path / "ray"),
+    )
+    err = " ".join(refused.stderr.split())
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "base.rounds: 2 -> 3" in err and "seeds: [0] -> [0, 1]" in err
+    assert "max_concurrent_trials:" not in err and "ray.address:" not in err
+    assert _files(tmp_path) == before  # no store, state, record or MLflow row changed
+    assert c.get_run(doc["parent_run_id"]).info.status == "FINISHED"
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
 
 
 def _optuna_trials(tmp: Path, name: str = "t") -> list:
@@ -263,7 +296,8 @@ def test_dry_run_starts_no_ray(data_root: Path, tmp_path: Path) -> None:
 def test_malformed_spec_exits_2_before_ray(
     data_root: Path, tmp_path: Path, over: dict, needle: str
 ) -> None:
-    """In this process (the console script's refusal: test_resume_spec): exit 2 naming the
+    """In this process (the console script's refusal: the two-trial sweep's
+    refused resume): exit 2 naming the
     problem, nothing written, Ray not started."""
     path = write_spec(tmp_path, tiny_spec(data_root, **over))
     out = cli_in_process(["sweep", str(path)], tmp_path)

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = """
 import sys
 from flcore.config import validate_config
@@ -21,6 +23,7 @@ print("finished")
 """
 
 
+@pytest.mark.slow  # the fault-injection tier: `make slow` (README, "Tests")
 def test_workers_that_die_while_starting_raise_a_clear_error(
     data_root: Path, tmp_path: Path
 ) -> None:
