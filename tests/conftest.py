@@ -103,29 +103,20 @@ def trial_steps(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 @pytest.fixture
 def fedsweep_run() -> Any:
-    """``fedsweep run CONFIG --json`` in a subprocess: ``run(raw_config, cwd)`` writes the
-    config under ``cwd``, runs it there (MLflow in ``cwd``'s sqlite file, whatever the
-    environment says) and returns the parsed summary; a failed run fails the test."""
+    """``fedsweep run CONFIG --json`` in this process (the console script's start-up is the CLI
+    tests'): ``run(raw_config, cwd)`` writes the config under ``cwd``, runs it there (MLflow in
+    ``cwd``'s sqlite file, whatever the environment says) and returns the parsed summary; a
+    failed run fails the test."""
     import json
-    import subprocess
-    import sys
 
     import yaml
 
-    exe = str(Path(sys.executable).parent / "fedsweep")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    from tests.integration.sweep_helpers import cli_in_process
 
     def run(raw: dict[str, Any], cwd: Path) -> dict[str, Any]:
         cfg = cwd / "exp.yaml"
         cfg.write_text(yaml.safe_dump(raw))
-        out = subprocess.run(
-            [exe, "run", str(cfg), "--json"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env | {"MLFLOW_DISABLE_TELEMETRY": "true"},
-        )
+        out = cli_in_process(["run", str(cfg), "--json"], cwd, MLFLOW_DISABLE_TELEMETRY="true")
         assert out.returncode == 0, out.stderr[-3000:]
         return json.loads(out.stdout)
 

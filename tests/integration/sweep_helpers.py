@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -91,20 +92,34 @@ class InProcess:
         self.stderr: str = result.stderr
 
 
-def cli_in_process(args: list[str], cwd: Path) -> InProcess:
-    """The CLI in this process, from ``cwd``, with no tracking variables set: for checks of a
-    command's own behaviour (refusals above all), where the console script's start-up
-    (imports, about 5 CPU-seconds a call) is covered by the tests that run it."""
+def cli_in_process(args: list[str], cwd: Path, **env: str) -> InProcess:
+    """The CLI in this process, from ``cwd``, with no tracking variables set but ``env``'s: for
+    checks of a command's own behaviour (refusals above all, and runs whose products are under
+    test), where the console script's start-up (imports, about 5 CPU-seconds a call) is covered
+    by the tests that run it."""
     import pytest
     from typer.testing import CliRunner
 
     from sweeps.cli import app
 
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, tempfile.TemporaryFile("w+") as fd1:
         mp.chdir(cwd)
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)
         mp.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
-        return InProcess(CliRunner().invoke(app, args))
+        for key, value in env.items():
+            mp.setenv(key, value)
+        # ``--json`` writes its document to file descriptor 1, past the runner's sys.stdout
+        sys.stdout.flush()
+        saved = os.dup(1)
+        os.dup2(fd1.fileno(), 1)
+        try:
+            out = InProcess(CliRunner().invoke(app, args))
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        fd1.seek(0)
+        out.stdout = fd1.read() + out.stdout
+        return out
 
 
 def client(tmp: Path) -> Any:

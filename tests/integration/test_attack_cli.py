@@ -56,11 +56,14 @@ def test_attack_json_mlflow_and_grid(attack_config: Path, tmp_path: Path) -> Non
 def test_run_with_an_attack_reports_leakage_and_local_has_none(
     attack_config: Path, tmp_path: Path
 ) -> None:
-    out = _cli(["run", str(attack_config), "--json"], tmp_path)
+    # in this process (test_attack_json_mlflow_and_grid runs the console script)
+    out = cli_in_process(["run", str(attack_config), "--json"], tmp_path)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["rounds"] == 3 and doc["leak_images"] == 2 and doc["leak_psnr"] > 0
-    out = _cli(["attack", str(attack_config), "--set", "algorithm=local", "--json"], tmp_path)
+    out = cli_in_process(
+        ["attack", str(attack_config), "--set", "algorithm=local", "--json"], tmp_path
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["leak_psnr"] is None and doc["leak_ssim"] is None and doc["leak_lpips"] is None

@@ -102,7 +102,8 @@ def test_experiment_name_falls_back_to_env(tiny_config: dict, tmp_path: Path) ->
     raw = {k: v for k, v in tiny_config.items() if k != "experiment"}
     cfg = tmp_path / "exp.yaml"
     cfg.write_text(yaml.safe_dump(raw | {"rounds": 1, "algorithm": "local"}))
-    out = _cli(["run", str(cfg), "--json"], tmp_path, MLFLOW_EXPERIMENT_NAME="from-env")
+    # in this process: the console script's start-up is test_run_json_mlflow_and_parquet's
+    out = cli_in_process(["run", str(cfg), "--json"], tmp_path, MLFLOW_EXPERIMENT_NAME="from-env")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["global_accuracy"] is None and doc["bytes_up"] == 0
@@ -188,7 +189,7 @@ def test_hyperfl_run_logs_its_client_embeddings(tiny_config: dict, tmp_path: Pat
         "algorithm_params": {"embed_dim": 8, "hidden_dim": 16},
     }
     cfg.write_text(yaml.safe_dump(raw))
-    out = _cli(["run", str(cfg), "--json"], tmp_path)
+    out = cli_in_process(["run", str(cfg), "--json"], tmp_path)  # the run's products under test
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["global_accuracy"] is None and doc["dp_guarantee"] == "none"

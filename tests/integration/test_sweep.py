@@ -354,13 +354,16 @@ def test_a_capacity_trial_logs_its_clients_costs_and_exports_one_row(
     assert [costs[str(i)]["capacity_width"] for i in range(4)] == [1.0, 0.5, 0.5, 0.25]
     # Local-only is capacity-aware: each client trains its own width
     assert costs["0"]["params"] > costs["1"]["params"] > costs["3"]["params"]
-    out = cli(["export", "--experiment", "sweep-tests", "--out", "res.parquet"], tmp_path)
+    # the exports in this process (the console script's start-up is other tests')
+    out = cli_in_process(
+        ["export", "--experiment", "sweep-tests", "--out", "res.parquet"], tmp_path
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     df = pd.read_parquet(tmp_path / "res.parquet")
     assert len(df) == 1 and df["status"].iloc[0] == "FINISHED"
     assert df["algorithm"].iloc[0] == "local" and df["bytes_up"].iloc[0] == 0
     assert {"params.lr", "params.local_epochs", "duration_s", "accuracy"} <= set(df.columns)
-    bad = cli(["export", "--experiment", "nope", "--out", "x.parquet"], tmp_path)
+    bad = cli_in_process(["export", "--experiment", "nope", "--out", "x.parquet"], tmp_path)
     assert bad.returncode == 2 and "unknown MLflow experiment 'nope'" in bad.stderr
     metrics = run.data.metrics
     assert metrics["params_width_1"] == costs["0"]["params"]
