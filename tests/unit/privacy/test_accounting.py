@@ -56,6 +56,37 @@ def test_rdp_epsilon_is_opacus_s_bitwise_and_each_step_s_rdp_is_computed_once() 
         accounting._rdp_per_step(1.1, 0.01)[0] = 0.0
 
 
+def test_fixed_size_epsilon_is_dp_accountings_bitwise_and_each_step_is_computed_once() -> None:
+    """Under fixed-size sampling (replace-one) compute_epsilon remembers each entry's one-step
+    RDP: every history gets exactly what dp-accounting's RdpAccountant computes composing it."""
+    from dp_accounting.privacy_accountant import NeighboringRelation
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    from flcore.privacy import accounting
+    from flcore.privacy.accounting import RDP_ORDERS, history_event
+
+    accounting._fixed_rdp_per_step.cache_clear()
+    histories = [
+        [(1.1, 0.1, 1)],
+        [(1.1, 0.1, 300)],
+        [(1.1, 0.1, 7), (0.8, 0.5, 3), (1.1, 0.1, 2)],  # a noise and size change and back
+        [(4.0, 1.0, 50)],  # every party each round: no sampling
+    ]
+    for history in histories:
+        ref = rdp_privacy_accountant.RdpAccountant(
+            orders=RDP_ORDERS, neighboring_relation=NeighboringRelation.REPLACE_ONE
+        )
+        ref.compose(history_event(history, sampling="fixed", population=20))
+        ours = compute_epsilon(history, 1e-5, sampling="fixed", population=20)
+        assert ours == ref.get_epsilon(1e-5)
+    info = accounting._fixed_rdp_per_step.cache_info()
+    assert (info.misses, info.hits) == (3, 3)
+    with pytest.raises(ValueError, match="read-only"):
+        accounting._fixed_rdp_per_step(1.1, 0.1, 20)[0] = 0.0
+    with pytest.raises(ConfigError, match="whole parties"):  # still refused, never remembered
+        compute_epsilon([(1.1, 0.123, 5)], 1e-5, sampling="fixed", population=20)
+
+
 def test_cli_epsilon_equals_the_library_value() -> None:
     from opacus.accountants import RDPAccountant
 
