@@ -203,8 +203,7 @@ def compute_epsilon(
         # event, term for term, with each entry's one-step RDP remembered
         # (_fixed_rdp_per_step): bitwise its epsilon
         rdp = np.zeros_like(RDP_ORDERS, dtype=np.float64)
-        for s, q, t in entries:
-            _sample_size(q, population)
+        for s, q, t in entries:  # a q that is no whole sample is refused inside, never kept
             rdp += t * _fixed_rdp_per_step(s, q, population)
         return float(rdp_privacy_accountant.compute_epsilon(np.array(RDP_ORDERS), rdp, delta)[0])
     if accountant == "pld":
