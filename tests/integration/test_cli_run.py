@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,26 +10,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.integration.sweep_helpers import cli_in_process
-
-FEDSWEEP = shutil.which("fedsweep") or str(Path(sys.executable).parent / "fedsweep")
-
-
-def _cli(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    full_env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME"}
-    } | env
-    return subprocess.run(
-        [FEDSWEEP, *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=full_env
-    )
+from tests.integration.sweep_helpers import cli, cli_in_process
 
 
 def test_run_json_mlflow_and_parquet(tiny_config: dict, tmp_path: Path) -> None:
     cfg = tmp_path / "exp.yaml"
     cfg.write_text(yaml.safe_dump(tiny_config | {"output_dir": "runs"}))
-    out = _cli(
+    out = cli(
         [
             "run",
             str(cfg),
@@ -143,7 +126,7 @@ def test_the_console_script_exits_2_on_a_bad_config(tiny_config: dict, tmp_path:
     """The refusals above run in this process; one goes through the console script."""
     cfg = tmp_path / "exp.yaml"
     cfg.write_text(yaml.safe_dump(tiny_config))
-    out = _cli(["run", str(cfg), "--set", "algorithm=nope", "--json"], tmp_path)
+    out = cli(["run", str(cfg), "--set", "algorithm=nope", "--json"], tmp_path)
     assert out.returncode == 2
     assert out.stdout == ""
     assert "algorithm" in out.stderr and "invalid config" in out.stderr
@@ -172,7 +155,7 @@ def test_bad_capacity_exits_2_and_writes_nothing(
 
 
 def test_list_prints_registered_names(tmp_path: Path) -> None:
-    out = _cli(["list", "algorithms"], tmp_path)  # the console script once, then in this process
+    out = cli(["list", "algorithms"], tmp_path)  # the console script once, then in this process
     assert out.returncode == 0 and {"fedavg", "local"} <= set(out.stdout.split())
     out = cli_in_process(["list", "partitioners"], tmp_path)
     assert set(out.stdout.split()) >= {"iid", "dirichlet", "pathological", "dominant"}
