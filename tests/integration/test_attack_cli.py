@@ -10,8 +10,7 @@ import pytest
 import yaml
 
 from sweeps.tracking import mlflow_client
-from tests.integration.sweep_helpers import cli_in_process
-from tests.integration.test_cli_run import _cli
+from tests.integration.sweep_helpers import cli, cli_in_process
 
 
 @pytest.fixture
@@ -31,7 +30,7 @@ def _store(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_attack_json_mlflow_and_grid(attack_config: Path, tmp_path: Path) -> None:
-    out = _cli(["attack", str(attack_config), "--json"], tmp_path)
+    out = cli(["attack", str(attack_config), "--json"], tmp_path)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert out.stdout.count("\n") == 1
