@@ -278,8 +278,9 @@ def rank(
 ) -> tuple[str, str]:
     """Whether FedHKD ranks first or second of :data:`TABLE1_METHODS` on ``key`` at ``setting``
     (Table 1's "generally ranks as either the best or the second best"): ``not measured``
-    unless every method ran there; ``inconclusive`` with fewer than :data:`MIN_SEEDS` seeds of
-    FedHKD; ``NOT supported`` where two or more methods are above FedHKD by more than two
+    unless every method ran there; ``inconclusive`` while any of the nine has fewer than
+    :data:`MIN_SEEDS` seeds (a rank against one seed of a baseline decides nothing); ``NOT
+    supported`` where two or more methods are above FedHKD by more than two
     standard errors (:func:`compare`); ``supported`` where at most one method's seed mean is
     above FedHKD's; otherwise ``inconclusive`` (methods ahead, inside the seed noise). Shown:
     FedHKD's rank by seed mean and its difference to the best other method."""
@@ -290,11 +291,13 @@ def rank(
     means = {m: statistics.fmean(v) for m, v in values.items()}
     ahead = [m for m in TABLE1_METHODS if m != "fedhkd" and means[m] > means["fedhkd"]]
     best = max((m for m in TABLE1_METHODS if m != "fedhkd"), key=means.__getitem__)
+    fewest, most = min(map(len, values.values())), max(map(len, values.values()))
+    seeds = f"{most}" if fewest == most else f"{fewest}-{most}"
     shown = (
         f"rank {len(ahead) + 1}/{len(TABLE1_METHODS)}, {best} {means[best] - means['fedhkd']:+.2f}"
-        f" ({len(own)} seeds)"
+        f" ({seeds} seeds)"
     )
-    if len(own) < MIN_SEEDS:
+    if fewest < MIN_SEEDS:
         return "inconclusive", shown
     beyond = [m for m in ahead if compare(own, values[m], ">=")[0] == "NOT supported"]
     if len(beyond) >= 2:
