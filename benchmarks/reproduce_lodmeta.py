@@ -16,9 +16,11 @@ run also leaves its record under ``--records`` (default ``benchmarks/records/lod
 which ``--summary`` reads beside OUT's folders.
 ``--grid`` runs Tables 2-3's grid for ``lodmeta``: the per-release epsilon in {0.5, 0.6, 0.7,
 0.8} x delta in {0.4, 0.1, 0.02, 1e-5}, labelled ``eps<e>-d<delta>``, with the clip M of
-``--clip``. ``--reference`` adds, per setting, the accuracy of the untrained initialisation
-adapted the same way (what K SGD steps on the support set give without any meta-training:
-FMNIST's 5-way tasks are easy).
+``--clip``; ``--eps`` and ``--delta`` keep only some rows and columns (``--eps 0.5 0.8 --delta
+1e-5``: the two delta-1e-5 corners); ``--set``, with its ``--label``, applies to every cell.
+``--reference`` adds, per setting, the accuracy of the untrained initialisation adapted the same
+way (what K SGD steps on the support set give without any meta-training: FMNIST's 5-way tasks
+are easy).
 
 Needs flcore only (no Ray, MLflow or Optuna). The output is one JSON object; ``--summary``
 prints the markdown table of OUT (means ± std over seeds), the claims the runs support, and
@@ -158,18 +160,21 @@ def run_one(
 
 
 def reference(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    """The untrained initialisation, adapted and scored as every run's clients are."""
+    """The untrained initialisation, adapted and scored as every run's clients are (with the
+    ``--set`` overrides, so a variant's reference is its own)."""
     import torch
 
     from flcore.config import load_config
     from flcore.experiment import build_engine
 
-    cfg = load_config(CONFIGS / "fmnist_lodmeta.yaml", _overrides("lodmeta", setting, seed, args))
+    over = [*_overrides("lodmeta", setting, seed, args), *args.set]
+    cfg = load_config(CONFIGS / "fmnist_lodmeta.yaml", over)
     engine = build_engine(cfg)
     out = engine.algorithm.evaluate_server(engine.data, engine.client_states, torch.device("cpu"))
     return {
         "setting": setting,
         "seed": seed,
+        "label": args.label,
         **{k: _pct(out[k]) for k in ("accuracy", "unseen_accuracy")},
     }
 
@@ -369,6 +374,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--settings", nargs="+", default=["regular-5shot"], choices=list(SETTINGS))
     ap.add_argument("--grid", action="store_true", help="Tables 2-3's epsilon x delta grid")
     ap.add_argument("--clip", type=float, default=None, help="the grid's clip M")
+    ap.add_argument(
+        "--eps",
+        nargs="+",
+        type=float,
+        default=list(GRID_EPS),
+        choices=GRID_EPS,
+        help="only these rows of the grid (per-release epsilon)",
+    )
+    ap.add_argument(
+        "--delta",
+        nargs="+",
+        type=float,
+        default=list(GRID_DELTA),
+        choices=GRID_DELTA,
+        help="only these columns of the grid",
+    )
     ap.add_argument("--reference", action="store_true", help="the untrained network's accuracy")
     add_run_options(
         ap,
@@ -390,6 +411,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.grid and args.clip is None:
         ap.error("--grid needs --clip (M; benchmarks/lodmeta_grad_norms.py measures the norms)")
+    if not args.grid and (args.eps != list(GRID_EPS) or args.delta != list(GRID_DELTA)):
+        ap.error("--eps and --delta choose cells of --grid; add --grid")
     import torch
 
     torch.set_num_threads(1)
@@ -400,14 +423,16 @@ def main(argv: list[str] | None = None) -> None:
             if args.reference:
                 records.append(reference(setting, seed, args))
             if args.grid:
-                for e in GRID_EPS:
-                    for d in GRID_DELTA:
+                for e in (e for e in GRID_EPS if e in args.eps):
+                    for d in (d for d in GRID_DELTA if d in args.delta):
                         privacy = [
                             "privacy.mechanism=perturbation",
                             f"privacy.release_epsilon={e}",
                             f"privacy.delta={d}",
                             f"privacy.clip={args.clip}",
                         ]
+                        # a --set variant of the grid keeps its own label after the cell's
+                        cell = f"eps{e:g}-d{d:g}" + (f"-{args.label}" if args.label else "")
                         records.append(
                             run_one(
                                 "lodmeta",
@@ -415,8 +440,8 @@ def main(argv: list[str] | None = None) -> None:
                                 seed,
                                 args,
                                 deadline,
-                                privacy,
-                                f"eps{e:g}-d{d:g}",
+                                [*privacy, *args.set],
+                                cell,
                             )
                         )
                 continue

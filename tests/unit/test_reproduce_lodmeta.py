@@ -192,3 +192,52 @@ def test_a_full_length_run_is_the_configs_length() -> None:
     configs = sorted((SCRIPT.parents[1] / "sweeps" / "configs" / "lodmeta").glob("fmnist_*.yaml"))
     assert len(configs) == 6
     assert {yaml.safe_load(c.read_text())["rounds"] for c in configs} == {_mod()["STEPS"]}
+
+
+def test_eps_and_delta_choose_the_grid_cells_that_run(data_root: Path, tmp_path: Path) -> None:
+    mod = _mod()
+    out, records = tmp_path / "out", tmp_path / "records"
+    args = ["--grid", "--clip", "0.6", "--eps", "0.8", "0.5", "--delta", "1e-5"]
+    args += ["--rounds", "1", "--workers", "1", "--out", str(out), "--records", str(records)]
+    args += ["--label", "tiny"]
+    for over in (
+        f"data_root={data_root}",
+        "num_clients=4",
+        "fewshot.unseen_clients=0",
+        "model_params.hidden=4",
+        "algorithm_params.inner_steps=1",
+    ):
+        args += ["--set", over]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        mod["main"](args)
+    runs = json.loads(buf.getvalue())["runs"]
+    # the two delta-1e-5 corners, in the grid's order, each with its own privacy overrides and
+    # the variant's --set ones (its label after the cell's)
+    assert [r["run"] for r in runs] == [
+        "regular-5shot-lodmeta-eps0.5-d1e-05-tiny-s0",
+        "regular-5shot-lodmeta-eps0.8-d1e-05-tiny-s0",
+    ]
+    assert "privacy.release_epsilon=0.5" in runs[0]["overrides"]
+    assert "privacy.delta=1e-05" in runs[1]["overrides"]
+    assert "model_params.hidden=4" in runs[1]["overrides"]
+    assert sorted(p.name for p in out.iterdir()) == [r["run"] for r in runs]
+    record = json.loads((records / f"{runs[0]['run']}.json").read_text())
+    assert record["config"]["model_params"]["hidden"] == 4
+    assert record["config"]["privacy"]["release_epsilon"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--grid", "--clip", "0.6", "--eps", "0.3"], "invalid choice: 0.3"),
+        (["--delta", "1e-5"], "--eps and --delta choose cells of --grid"),
+    ],
+)
+def test_grid_cells_outside_the_grid_are_refused_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit):
+        _mod()["main"]([*extra, "--out", str(tmp_path / "out")])
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
