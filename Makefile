@@ -19,7 +19,7 @@ quickstart: install data
 test: install-dev data
 	$(VENV)/bin/ruff check flcore sweeps search_spaces analysis benchmarks tests
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -n 3 --dist load --maxschedchunk 1
+	$(PY) -m pytest -q -n 3 --dist load --maxschedchunk 1 --durations=25
 
 ## slow: the tests marked slow (long runs), left out of `make test`
 slow: install-dev data
