@@ -378,17 +378,15 @@ def main(argv: list[str] | None = None) -> None:
         "--eps",
         nargs="+",
         type=float,
-        default=list(GRID_EPS),
         choices=GRID_EPS,
-        help="only these rows of the grid (per-release epsilon)",
+        help="only these rows of the grid (per-release epsilon; default: all)",
     )
     ap.add_argument(
         "--delta",
         nargs="+",
         type=float,
-        default=list(GRID_DELTA),
         choices=GRID_DELTA,
-        help="only these columns of the grid",
+        help="only these columns of the grid (default: all)",
     )
     ap.add_argument("--reference", action="store_true", help="the untrained network's accuracy")
     add_run_options(
@@ -411,7 +409,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.grid and args.clip is None:
         ap.error("--grid needs --clip (M; benchmarks/lodmeta_grad_norms.py measures the norms)")
-    if not args.grid and (args.eps != list(GRID_EPS) or args.delta != list(GRID_DELTA)):
+    if not args.grid and (args.eps or args.delta):
         ap.error("--eps and --delta choose cells of --grid; add --grid")
     import torch
 
@@ -423,8 +421,8 @@ def main(argv: list[str] | None = None) -> None:
             if args.reference:
                 records.append(reference(setting, seed, args))
             if args.grid:
-                for e in (e for e in GRID_EPS if e in args.eps):
-                    for d in (d for d in GRID_DELTA if d in args.delta):
+                for e in (e for e in GRID_EPS if e in (args.eps or GRID_EPS)):
+                    for d in (d for d in GRID_DELTA if d in (args.delta or GRID_DELTA)):
                         privacy = [
                             "privacy.mechanism=perturbation",
                             f"privacy.release_epsilon={e}",

@@ -232,6 +232,7 @@ def test_eps_and_delta_choose_the_grid_cells_that_run(data_root: Path, tmp_path:
     [
         (["--grid", "--clip", "0.6", "--eps", "0.3"], "invalid choice: 0.3"),
         (["--delta", "1e-5"], "--eps and --delta choose cells of --grid"),
+        (["--eps", "0.5", "0.6", "0.7", "0.8"], "--eps and --delta choose cells of --grid"),
     ],
 )
 def test_grid_cells_outside_the_grid_are_refused_before_any_run(
