@@ -411,6 +411,11 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--grid needs --clip (M; benchmarks/lodmeta_grad_norms.py measures the norms)")
     if not args.grid and (args.eps or args.delta):
         ap.error("--eps and --delta choose cells of --grid; add --grid")
+    # the grid's cells in its own order, whatever order --eps and --delta name them in
+    cells = [(e, d) for e in GRID_EPS for d in GRID_DELTA]
+    cells = [
+        (e, d) for e, d in cells if e in (args.eps or GRID_EPS) and d in (args.delta or GRID_DELTA)
+    ]
     import torch
 
     torch.set_num_threads(1)
@@ -421,27 +426,20 @@ def main(argv: list[str] | None = None) -> None:
             if args.reference:
                 records.append(reference(setting, seed, args))
             if args.grid:
-                for e in (e for e in GRID_EPS if e in (args.eps or GRID_EPS)):
-                    for d in (d for d in GRID_DELTA if d in (args.delta or GRID_DELTA)):
-                        privacy = [
-                            "privacy.mechanism=perturbation",
-                            f"privacy.release_epsilon={e}",
-                            f"privacy.delta={d}",
-                            f"privacy.clip={args.clip}",
-                        ]
-                        # a --set variant of the grid keeps its own label after the cell's
-                        cell = f"eps{e:g}-d{d:g}" + (f"-{args.label}" if args.label else "")
-                        records.append(
-                            run_one(
-                                "lodmeta",
-                                setting,
-                                seed,
-                                args,
-                                deadline,
-                                [*privacy, *args.set],
-                                cell,
-                            )
+                for e, d in cells:
+                    privacy = [
+                        "privacy.mechanism=perturbation",
+                        f"privacy.release_epsilon={e}",
+                        f"privacy.delta={d}",
+                        f"privacy.clip={args.clip}",
+                    ]
+                    # a --set variant of the grid keeps its own label after the cell's
+                    cell = f"eps{e:g}-d{d:g}" + (f"-{args.label}" if args.label else "")
+                    records.append(
+                        run_one(
+                            "lodmeta", setting, seed, args, deadline, [*privacy, *args.set], cell
                         )
+                    )
                 continue
             for method in args.methods:
                 if method in SERVER and not setting.startswith("regular"):
