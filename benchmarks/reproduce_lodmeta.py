@@ -335,7 +335,8 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def plot_curves(runs: list[dict[str, Any]], out: Path) -> list[str]:
-    """``OUT/accuracy_vs_communication-<setting>.png``: seed-0 curves of the unlabelled runs."""
+    """``OUT/accuracy_vs_communication-<setting>.png``: seed-0 curves of the unlabelled runs
+    (OUT is made if need be: on a fresh machine the summary reads the committed records alone)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -362,6 +363,7 @@ def plot_curves(runs: list[dict[str, Any]], out: Path) -> list[str]:
         axes[0].legend(fontsize=8)
         fig.suptitle(f"FMNIST few-shot, {setting}, seed {seeds[0]}")
         path = out / f"accuracy_vs_communication-{setting}.png"
+        out.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(str(path))

@@ -242,3 +242,16 @@ def test_grid_cells_outside_the_grid_are_refused_before_any_run(
         _mod()["main"]([*extra, "--out", str(tmp_path / "out")])
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_summary_reads_the_committed_records_on_a_fresh_machine(tmp_path: Path) -> None:
+    # no run folder yet (OUT does not exist): the table, the claims and the plots come from the
+    # committed records, and the plots go into a newly made OUT
+    records = SCRIPT.parent / "records" / "lodmeta"
+    out = tmp_path / "never-made"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        _mod()["main"](["--summary", "--out", str(out), "--records", str(records)])
+    printed = buf.getvalue()
+    assert "| regular-5shot | lodmeta |" in printed
+    assert (out / "accuracy_vs_communication-regular-5shot.png").stat().st_size > 1000
