@@ -62,10 +62,11 @@ def test_cost_to_reach_and_the_communication_claim(tmp_path: Path) -> None:
     runs = mod["read_runs"](tmp_path)
     assert len(runs) == 6 and all(r["curve"] for r in runs)
     claims = mod["claims"](runs)
-    assert (
-        claims[1].startswith("2.")
-        and "lodmeta_basic: LoDMeta's cost / lodmeta_basic's = 0.33 (3 seeds, in bytes 0.333)"
-        in claims[1]
+    # each reached the target between its two evaluations: LoDMeta in (10, 20], basic in
+    # (30, 60], so the ratio lies in (10/60, 20/30), and 0.5 is inside: not decided
+    assert claims[1].startswith("2.") and (
+        "lodmeta_basic: LoDMeta's cost / lodmeta_basic's = 0.33, between 0.17 and 0.67 at the "
+        "evaluations (3 seeds, in bytes 0.333), inconclusive" in claims[1]
     )
     assert "not measured" in claims[1]  # L2C has no run
     # an L2C whose Table 1 units understate its bytes 100-fold (every client gossips a round)
@@ -74,8 +75,38 @@ def test_cost_to_reach_and_the_communication_claim(tmp_path: Path) -> None:
             tmp_path, f"regular-5shot-l2c-s{seed}", [(30, 0.8, 0.7), (60, 0.9, 0.8)], 10_000.0
         )
     claims = mod["claims"](mod["read_runs"](tmp_path))
-    assert "l2c: LoDMeta's cost / l2c's = 0.33 (3 seeds, in bytes 0.003)" in claims[1]
+    assert (
+        "l2c: LoDMeta's cost / l2c's = 0.33, between 0.17 and 0.67 at the evaluations "
+        in (claims[1])
+    )
+    assert "(3 seeds, in bytes 0.003)" in claims[1]
     assert claims[2].split(":")[1].strip().startswith("supported")  # 90 > 80 on 3 seeds
+    # --early runs (the same runs' first units, evaluated densely) narrow the brackets: LoDMeta
+    # in (3, 4], basic in (9, 12]: the ratio lies in (0.25, 0.44), below 0.5 on every seed
+    for seed in range(3):
+        _write_run(
+            tmp_path,
+            f"regular-5shot-lodmeta-early-s{seed}",
+            [(3, 0.5, 0.7), (4, 0.86, 0.7), (10, 0.8, 0.7)],
+            steps=10,
+        )
+        _write_run(
+            tmp_path,
+            f"regular-5shot-lodmeta_basic-early-s{seed}",
+            [(9, 0.5, 0.7), (12, 0.86, 0.7), (30, 0.8, 0.7)],
+            steps=10,
+        )
+    claims = mod["claims"](mod["read_runs"](tmp_path))
+    assert (
+        "lodmeta_basic: LoDMeta's cost / lodmeta_basic's = 0.33, between 0.25 and 0.44 at the "
+        "evaluations (3 seeds, in bytes 0.333), supported" in claims[1]
+    )
+    # an early run that is not its full run's first steps is refused, not merged
+    bad = tmp_path / "regular-5shot-lodmeta_basic-early-s2"
+    shutil.rmtree(bad)
+    _write_run(tmp_path, bad.name, [(12, 0.86, 0.7), (30, 0.7, 0.7)], steps=10)
+    with pytest.raises(ValueError, match="not its full run's first steps: accuracy 0.700000"):
+        mod["claims"](mod["read_runs"](tmp_path))
 
 
 def test_the_claims_wait_for_runs_under_way(tmp_path: Path) -> None:
@@ -93,7 +124,10 @@ def test_the_claims_wait_for_runs_under_way(tmp_path: Path) -> None:
     for seed in (1, 2):
         _write_run(tmp_path, f"regular-5shot-l2c-s{seed}", [(30, 0.8, 0.7)], steps=10)
     claims = mod["claims"](mod["read_runs"](tmp_path))
-    assert "l2c: LoDMeta's cost / l2c's = 0.33 (1 seeds" in claims[1]
+    assert (
+        "l2c: LoDMeta's cost / l2c's = 0.33, between 0.17 and 0.67 at the evaluations (1 seeds"
+        in claims[1]
+    )
     # LoDMeta ~ basic decided; basic > SGD not: SGD has not done its steps on any seed
     assert claims[0].endswith("[+0.00 (3/3 seeds), supported; -]")
     assert "not measured" in claims[0]
@@ -102,7 +136,11 @@ def test_the_claims_wait_for_runs_under_way(tmp_path: Path) -> None:
         summary = tmp_path / f"regular-5shot-l2c-s{seed}" / "summary.json"
         summary.write_text(json.dumps(json.loads(summary.read_text()) | {"rounds": 2000}))
     claims = mod["claims"](mod["read_runs"](tmp_path))
-    assert "l2c: LoDMeta's cost / l2c's = 0.11 (3 seeds" in claims[1]
+    # (their bracket: beyond their last evaluation, 30 units: LoDMeta's 20 over 30 at most)
+    assert (
+        "l2c: LoDMeta's cost / l2c's = 0.11, between 0.06 and 0.67 at the evaluations (3 seeds"
+        in claims[1]
+    )
 
 
 def test_a_tiny_walk_stops_resumes_and_needs_no_platform_layers(
@@ -255,3 +293,36 @@ def test_the_summary_reads_the_committed_records_on_a_fresh_machine(tmp_path: Pa
     printed = buf.getvalue()
     assert "| regular-5shot | lodmeta |" in printed
     assert (out / "accuracy_vs_communication-regular-5shot.png").stat().st_size > 1000
+
+
+def test_an_early_run_is_its_full_runs_first_steps(data_root: Path, tmp_path: Path) -> None:
+    # the claim-2 merge rests on this: a walk's steps depend neither on its length nor on when
+    # it is evaluated, so an early run (here 50 steps evaluated every 5, for time) and a longer
+    # run evaluated every 25 agree exactly where both evaluated
+    mod = _mod()
+    out = tmp_path / "out"
+    common = ["--methods", "lodmeta", "--seeds", "0", "--workers", "1", "--out", str(out)]
+    common += ["--records", "", "--label", "tiny", "--checkpoint-every", "1000"]
+    for over in (
+        f"data_root={data_root}",
+        "num_clients=4",
+        "fewshot.unseen_clients=1",
+        "model_params.hidden=4",
+        "algorithm_params.inner_steps=1",
+        "eval_every=25",
+    ):
+        common += ["--set", over]
+    with contextlib.redirect_stdout(io.StringIO()):
+        mod["main"]([*common, "--rounds", "60"])
+        mod["main"]([*common, "--early", "--early-steps", "50", "--early-every", "5"])
+    runs = mod["read_runs"](out)
+    assert sorted(r["label"] for r in runs) == ["tiny", "tiny-early"]
+    full = next(r for r in runs if r["label"] == "tiny")["curve"]
+    early = next(r for r in runs if r["label"] == "tiny-early")["curve"]
+    assert [p[0] for p in full] == [25, 50, 60]
+    assert [p[0] for p in early] == [5 * i for i in range(1, 11)]
+    assert early[4] == full[0] and early[9] == full[1]  # steps 25 and 50, to the bit
+    merged = mod["merged_curve"](runs, "regular-5shot", "lodmeta", 0, "tiny")
+    assert [p[0] for p in merged] == [*(p[0] for p in early), 60]
+    with pytest.raises(SystemExit):  # --early reruns the configs' runs: no --rounds of its own
+        mod["main"]([*common, "--early", "--rounds", "100"])
