@@ -266,14 +266,12 @@ def merged_curve(
     runs: list[dict[str, Any]], setting: str, method: str, seed: int, label: str = ""
 ) -> list[Point]:
     """The run's curve with its ``--early`` run's denser first steps (the same computation
-    evaluated more often: where both evaluated, they agree), by units; empty if there is no
-    such run."""
+    evaluated more often: where both evaluated, they agree), by units; either alone if the
+    other is missing, empty if both are."""
     full = _find(runs, setting, method, seed, label)
-    if full is None:
-        return []
     early = _find(runs, setting, method, seed, early_label(label))
     points = {p[0]: p for p in (early["curve"] if early else [])}
-    for p in full["curve"]:
+    for p in full["curve"] if full else []:
         q = points.setdefault(p[0], p)
         if abs(q[1] - p[1]) > 1e-4:  # records keep 6 significant digits
             raise ValueError(
@@ -300,9 +298,9 @@ def full_length(run: dict[str, Any]) -> bool:
 
 def claims(runs: list[dict[str, Any]]) -> list[str]:
     """The paper's claims (issue 26 section 5) on the unlabelled runs of ``regular-5shot``
-    that have done their :data:`STEPS` steps; of a run still under way, claim 2 takes only
-    the communication at which it already reached the target (where it has not yet, nothing:
-    "never reached" needs the whole run)."""
+    that have done their :data:`STEPS` steps; claim 2 also reads the other method's runs still
+    under way and the ``--early`` runs, as what they show: the communication at which the run
+    reached the target, or that it had not by its last evaluation (a bound, not a "never")."""
     every = runs
     runs = [r for r in runs if full_length(r)]
     g = _group(runs)
@@ -317,56 +315,63 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
     ]
     # 2: per unit of communication, to reach 95% of LoDMeta's own final accuracy (per seed), in
     # Table 1's units (the verdict: the paper's claim) and in bytes (L2C's 3 units count one
-    # client's exchange, while each of its rounds has every client gossip). Each run reached the
-    # target between two evaluations, so the ratio is known within a bracket, and the verdict
-    # needs the bracket's mean on one side of 0.5: `--early` runs make it narrow.
+    # client's exchange, while each of its rounds has every client gossip). A run reaches the
+    # target between two evaluations, so each seed's ratio is known within a bracket: both
+    # reached it, (a0/b1, a1/b0); the other not (yet) by its last evaluation at U units (ended
+    # or under way, its own run or only its --early one), (0, a1/U). The verdict needs three
+    # seeds and the brackets' mean on one side of 0.5: --early runs make them narrow.
     two: list[tuple[str, str]] = []
     seeds = sorted({r["seed"] for r in runs if r["setting"] == s and not r["label"]})
     for other in ("lodmeta_basic", "l2c"):
         ratios, lows, highs, in_bytes = [], [], [], []
         for seed in seeds:
             lod = _find(runs, s, "lodmeta", seed, "")  # ended
-            # the other may be under way: it counts once it has reached the target
-            oth = _find(every, s, other, seed, "")
-            if lod is None or oth is None or not lod["curve"]:
-                continue
             mine, theirs = (
                 merged_curve(every, s, "lodmeta", seed),
                 merged_curve(every, s, other, seed),
             )
+            if lod is None or not lod["curve"] or not theirs:
+                continue
             target = 0.95 * lod["curve"][-1][1]
             a, b = reach_bracket(mine, target), reach_bracket(theirs, target)
-            if a is None:
+            if a is None:  # LoDMeta's curve without its last point cannot miss its own target
                 continue
-            if b is not None:
-                ratios.append(a[1] / b[1])
-                lows.append(a[0] / b[1])
-                highs.append(a[1] / b[0] if b[0] > 0 else math.inf)
-                a_bytes, b_bytes = cost_to_reach(mine, target, 3), cost_to_reach(theirs, target, 3)
-                if a_bytes is not None and b_bytes is not None:
-                    in_bytes.append(a_bytes / b_bytes)
-            elif full_length(oth) and theirs:  # the other never reached it: beyond its end
-                ratios.append(0.0)
+            if b is None:  # beyond the other's last evaluation
                 lows.append(0.0)
                 highs.append(a[1] / theirs[-1][0])
-        if not ratios:
+                continue
+            ratios.append(a[1] / b[1])
+            lows.append(a[0] / b[1])
+            highs.append(a[1] / b[0] if b[0] > 0 else math.inf)
+            a_bytes, b_bytes = cost_to_reach(mine, target, 3), cost_to_reach(theirs, target, 3)
+            if a_bytes is not None and b_bytes is not None:
+                in_bytes.append(a_bytes / b_bytes)
+        if not lows:
             two.append(("not measured", f"{other}: -"))
             continue
-        mean, low, high = (statistics.fmean(x) for x in (ratios, lows, highs))
-        if len(ratios) < 3:
+        low, high = statistics.fmean(lows), statistics.fmean(highs)
+        if len(lows) < 3:
             verdict = "inconclusive"
         else:
             verdict = (
                 "supported" if high <= 0.5 else "NOT supported" if low > 0.5 else "inconclusive"
             )
-        also = (
-            f", in bytes {statistics.fmean(in_bytes):.3f}" if len(in_bytes) == len(ratios) else ""
+        point = (
+            f"{statistics.fmean(ratios):.2f} where both reached it ({len(ratios)} seeds"
+            + (
+                f", in bytes {statistics.fmean(in_bytes):.3f}"
+                if len(in_bytes) == len(ratios)
+                else ""
+            )
+            + "), "
+            if ratios
+            else ""
         )
         two.append(
             (
                 verdict,
-                f"{other}: LoDMeta's cost / {other}'s = {mean:.2f}, between {low:.2f} and "
-                f"{high:.2f} at the evaluations ({len(ratios)} seeds{also})",
+                f"{other}: LoDMeta's cost / {other}'s = {point}between {low:.2f} and {high:.2f} "
+                f"at the evaluations ({len(lows)} seeds)",
             )
         )
     three = [compare(v("lodmeta", "accuracy"), v("lodmeta", "unseen_accuracy"), ">")]
