@@ -1,10 +1,14 @@
-"""The machine a benchmark ran on, recorded beside its figures."""
+"""The machine a benchmark ran on, and the code it ran, recorded beside its figures."""
 
 from __future__ import annotations
 
 import os
 import platform
+import subprocess
+from pathlib import Path
 from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def machine() -> dict[str, Any]:
@@ -27,3 +31,24 @@ def machine() -> dict[str, Any]:
         "torch": torch.__version__,
         "loadavg_at_start": os.getloadavg(),
     }
+
+
+def code_version() -> dict[str, Any]:
+    """The checkout's commit and the tracked files of flcore/, sweeps/ and benchmarks/ that
+    differ from it (uncommitted changes the run's code had); ``commit`` None where there is no
+    git checkout (a copy of the working tree on a device machine)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "changed": []}
+    changed = git("diff", "--name-only", "HEAD", "--", "flcore", "sweeps", "benchmarks") or ""
+    return {"commit": commit.strip(), "changed": sorted(changed.split())}

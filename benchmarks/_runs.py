@@ -80,6 +80,8 @@ CURVE_KEYS = (
 BEST = "best.pt"
 #: every client measured on the best-validation state (:func:`evaluate_all_clients`)
 ALL_CLIENTS = "all_clients.json"
+#: the code a run started on (``_machine.code_version``), kept for its record
+CODE = "code.json"
 #: the metrics a replay must reproduce, round for round, before its state stands for the run's
 REPLAY_KEYS = ("train_loss", "accuracy", "accuracy_before", "val_accuracy", "val_accuracy_before")
 
@@ -142,6 +144,10 @@ def resume_run(
             ended_before = before
     elif log.is_file():
         log.unlink()  # rounds logged before a first checkpoint that never came
+    if not ckpt.is_file():  # a run starts (again): the code it starts on
+        from _machine import code_version
+
+        (run_dir / CODE).write_text(json.dumps({"started": code_version()}))
     start = time.perf_counter()
     until = min(engine.rounds, until_round or engine.rounds)
     marker = run_dir / "diverged.json"
@@ -285,18 +291,25 @@ def _short(value: Any) -> Any:
 
 def write_record(path: Path, run_dir: Path, cfg: Any, seconds: float) -> None:
     """The record of the ended run in ``run_dir``: its summary (as ``summary.json`` holds it),
-    the config it ran (every field, overrides applied), the machine, the seconds spent and the
+    the config it ran (every field, overrides applied), the machine, the code (commit and
+    changed files where the run started, from :data:`CODE`, and where it ended: a run resumed
+    across commits shows both), the seconds spent and the
     :data:`CURVE_KEYS` of every logged round as columns and rows (a few tens of kB for 500
     rounds). Written atomically; an existing record of the same run is replaced."""
-    from _machine import machine
+    from _machine import code_version, machine
 
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     columns = [k for k in CURVE_KEYS if any(r.get(k) is not None for r in rows)]
+    started = run_dir / CODE
     doc = {
         "run": run_dir.name,
         "summary": json.loads((run_dir / "summary.json").read_text()),
         "config": json.loads(cfg.model_dump_json()),
         "machine": machine(),
+        "code": {
+            "started": json.loads(started.read_text())["started"] if started.is_file() else None,
+            "ended": code_version(),
+        },
         "seconds": round(seconds, 1),
         "curve": {
             "columns": columns,

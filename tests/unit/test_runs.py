@@ -4,6 +4,7 @@ resumed) and still leaves its record; an ended run's record holds its summary, c
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -61,6 +62,15 @@ def test_a_run_leaves_its_record_only_once_it_has_ended(tiny_config: dict, tmp_p
     columns, rows = doc["curve"]["columns"], doc["curve"]["rows"]
     assert columns[:3] == ["round", "train_loss", "accuracy"] and [r[0] for r in rows] == [1, 2]
     assert doc["machine"]["cpus"] >= 1
+    # the code it ran: this checkout's commit where it started and where it ended
+    head = subprocess.run(
+        ["git", "-C", str(Path(__file__).resolve().parents[2]), "rev-parse", "HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    # (no git checkout, as on a device machine's copy of the tree: no commit, not a made-up one)
+    assert doc["code"]["started"]["commit"] == doc["code"]["ended"]["commit"] == (head or None)
+    assert isinstance(doc["code"]["ended"]["changed"], list)
 
 
 def test_best_state_all_clients_and_replay(data_root: Path, tmp_path: Path) -> None:
