@@ -12,20 +12,28 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def machine() -> dict[str, Any]:
-    """CPU count, model, platform, Python and torch versions, and the load average at start."""
+    """CPU count, model, the SIMD torch uses and the CPU's vector flags, platform, Python and
+    torch versions, and the load average at start."""
     import torch
 
-    cpu = "unknown"
+    cpu, flags = "unknown", []
     try:
         with open("/proc/cpuinfo") as fh:
-            cpu = next(
-                (line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu
-            )
+            lines = fh.read().splitlines()
+        cpu = next(
+            (ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), cpu
+        )
+        first = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])
+        flags = sorted(f for f in first if f.startswith(("avx", "amx", "fma")))
     except OSError:
         pass
     return {
         "cpus": len(os.sched_getaffinity(0)),
         "cpu_model": cpu,
+        # the kernels torch dispatches to (a virtual machine's "AMD EPYC" names no generation,
+        # and float results differ between AVX2 and AVX-512 kernels)
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_flags": flags,
         "platform": platform.platform(),
         "python": platform.python_version(),
         "torch": torch.__version__,

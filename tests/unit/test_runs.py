@@ -62,6 +62,11 @@ def test_a_run_leaves_its_record_only_once_it_has_ended(tiny_config: dict, tmp_p
     columns, rows = doc["curve"]["columns"], doc["curve"]["rows"]
     assert columns[:3] == ["round", "train_loss", "accuracy"] and [r[0] for r in rows] == [1, 2]
     assert doc["machine"]["cpus"] >= 1
+    import torch
+
+    # the SIMD kernels torch ran (float results differ between them), with the CPU's flags
+    assert doc["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert isinstance(doc["machine"]["cpu_flags"], list)
     # the code it ran: this checkout's commit where it started and where it ended
     head = subprocess.run(
         ["git", "-C", str(Path(__file__).resolve().parents[2]), "rev-parse", "HEAD"],
