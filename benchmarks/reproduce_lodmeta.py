@@ -334,7 +334,7 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
                 continue
             target = 0.95 * lod["curve"][-1][1]
             a, b = reach_bracket(mine, target), reach_bracket(theirs, target)
-            if a is None:  # LoDMeta's curve without its last point cannot miss its own target
+            if a is None:  # cannot be: LoDMeta's curve ends at the accuracy the target is 95% of
                 continue
             if b is None:  # beyond the other's last evaluation
                 lows.append(0.0)
@@ -472,8 +472,15 @@ def main(argv: list[str] | None = None) -> None:
         help=f"each run's first --early-steps steps again, evaluated every --early-every (label "
         f"{EARLY!r}): claim 2's cost to reach a target, to those steps",
     )
-    ap.add_argument("--early-steps", type=int, default=EARLY_STEPS, help="%(default)s")
-    ap.add_argument("--early-every", type=int, default=EARLY_EVERY, help="%(default)s")
+    ap.add_argument(
+        "--early-steps", type=int, default=EARLY_STEPS, help="an early run's steps (%(default)s)"
+    )
+    ap.add_argument(
+        "--early-every",
+        type=int,
+        default=EARLY_EVERY,
+        help="an early run evaluates every this many steps (%(default)s)",
+    )
     add_run_options(
         ap,
         "lodmeta",
