@@ -407,10 +407,32 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def figure_curves(
+    runs: list[dict[str, Any]], setting: str
+) -> tuple[int, dict[str, tuple[list[Point], bool]], float | None] | None:
+    """What ``setting``'s figure shows: its first seed, each method's curve at that seed (the
+    unlabelled run merged with its ``--early`` run's denser first steps, or the early run alone,
+    flagged True: L2C's first rounds), and claim 2's target (95% of LoDMeta's final accuracy;
+    None without an ended LoDMeta run). None when the setting has no such run."""
+    kinds = ("", early_label(""))
+    chosen = [r for r in runs if r["setting"] == setting and r["label"] in kinds and r["curve"]]
+    if not chosen:
+        return None
+    seed = min(r["seed"] for r in chosen)
+    curves = {}
+    for method in METHODS:
+        if any(r["method"] == method and r["seed"] == seed for r in chosen):
+            only_early = _find(runs, setting, method, seed, "") is None
+            curves[method] = (merged_curve(runs, setting, method, seed), only_early)
+    lod = _find(runs, setting, "lodmeta", seed, "")
+    target = 0.95 * lod["curve"][-1][1] if lod and lod["curve"] and full_length(lod) else None
+    return seed, curves, target
+
+
 def plot_curves(runs: list[dict[str, Any]], out: Path) -> list[str]:
-    """``OUT/accuracy_vs_communication-<setting>.png``: seed-0 curves of the unlabelled runs,
-    with their ``--early`` runs' denser first steps (OUT is made if need be: on a fresh machine
-    the summary reads the committed records alone)."""
+    """``OUT/accuracy_vs_communication-<setting>.png``: :func:`figure_curves` of each setting,
+    training and unseen clients, with claim 2's target as a dashed line (OUT is made if need
+    be: on a fresh machine the summary reads the committed records alone)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -418,25 +440,29 @@ def plot_curves(runs: list[dict[str, Any]], out: Path) -> list[str]:
 
     written = []
     for setting in SETTINGS:
-        chosen = [r for r in runs if r["setting"] == setting and not r["label"] and r["curve"]]
-        seeds = sorted({r["seed"] for r in chosen})
-        if not seeds:
+        shown = figure_curves(runs, setting)
+        if shown is None:
             continue
+        seed, curves, target = shown
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
-        for r in (r for r in chosen if r["seed"] == seeds[0]):
-            curve = merged_curve(runs, setting, r["method"], seeds[0])  # with its --early steps
+        for method, (curve, only_early) in curves.items():
+            name = method + (f" (first {curve[-1][0]:g} units only)" if only_early else "")
             units = [c[0] for c in curve]
-            axes[0].plot(units, [100 * c[1] for c in curve], marker=".", label=r["method"])
+            axes[0].plot(units, [100 * c[1] for c in curve], marker=".", label=name)
             unseen = [c[2] for c in curve]
             if all(u is not None for u in unseen):
-                axes[1].plot(units, [100 * float(u) for u in unseen], marker=".", label=r["method"])  # type: ignore[arg-type]
+                axes[1].plot(units, [100 * float(u) for u in unseen], marker=".", label=name)  # type: ignore[arg-type]
+        if target is not None:
+            axes[0].axhline(
+                100 * target, color="0.5", ls="--", lw=1, label="95% of LoDMeta's final (claim 2)"
+            )
         for ax, what in zip(axes, ("training clients", "unseen clients"), strict=True):
             ax.set_xscale("log")
             ax.set_xlabel("communication (relative units, LoDMeta Table 1)")
             ax.set_ylabel(f"accuracy of {what} (%)")
             ax.grid(True, color="0.9")
         axes[0].legend(fontsize=8)
-        fig.suptitle(f"FMNIST few-shot, {setting}, seed {seeds[0]}")
+        fig.suptitle(f"FMNIST few-shot, {setting}, seed {seed}")
         path = out / f"accuracy_vs_communication-{setting}.png"
         out.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)

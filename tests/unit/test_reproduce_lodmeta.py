@@ -332,3 +332,31 @@ def test_an_early_run_is_its_full_runs_first_steps(data_root: Path, tmp_path: Pa
     assert [p[0] for p in merged] == [*(p[0] for p in early), 60]
     with pytest.raises(SystemExit):  # --early reruns the configs' runs: no --rounds of its own
         mod["main"]([*common, "--early", "--rounds", "100"])
+
+
+def test_the_figure_shows_early_only_runs_and_claim_2s_target(tmp_path: Path) -> None:
+    # the figure a user reads claim 2 from: LoDMeta's whole run with its dense first steps,
+    # L2C's first rounds alone (its whole run is ~17 h on a CPU), flagged as such, and the
+    # target the claim measures the cost to reach
+    mod = _mod()
+    _write_run(tmp_path, "regular-5shot-lodmeta-s0", [(10, 0.8, 0.7), (20, 0.9, 0.8)])
+    _write_run(
+        tmp_path, "regular-5shot-lodmeta-early-s0", [(5, 0.6, 0.7), (10, 0.8, 0.7)], steps=10
+    )
+    _write_run(tmp_path, "regular-5shot-l2c-early-s0", [(3, 0.6, None), (6, 0.5, None)], steps=2)
+    _write_run(tmp_path, "regular-5shot-lodmeta-eps0.5-d0.4-s0", [(20, 0.5, 0.5)])  # a grid cell
+    runs = mod["read_runs"](tmp_path)
+    seed, curves, target = mod["figure_curves"](runs, "regular-5shot")
+    assert seed == 0 and list(curves) == ["lodmeta", "l2c"]
+    lodmeta, only_early = curves["lodmeta"]
+    assert [p[0] for p in lodmeta] == [5, 10, 20] and not only_early
+    assert [p[0] for p in curves["l2c"][0]] == [3, 6] and curves["l2c"][1]
+    assert target == pytest.approx(0.95 * 0.9)
+    assert mod["figure_curves"](runs, "smallworld-5shot") is None
+    written = mod["plot_curves"](runs, tmp_path / "plots")
+    assert written == [str(tmp_path / "plots" / "accuracy_vs_communication-regular-5shot.png")]
+    # without an ended LoDMeta run there is no target to draw
+    (tmp_path / "regular-5shot-lodmeta-s0" / "summary.json").write_text(
+        json.dumps({"accuracy": 0.9, "unseen_accuracy": 0.8, "comm_units": 20, "rounds": 100})
+    )
+    assert mod["figure_curves"](mod["read_runs"](tmp_path), "regular-5shot")[2] is None
