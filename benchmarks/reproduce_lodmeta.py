@@ -14,17 +14,19 @@ Each run lives in ``OUT/<setting>-<method>[-<label>]-s<seed>/`` (default OUT:
 (``--max-minutes``, ``--checkpoint-every``, ``--until-round``; benchmarks/_runs.py); an ended
 run also leaves its record under ``--records`` (default ``benchmarks/records/lodmeta/``, committed),
 which ``--summary`` reads beside OUT's folders.
-``--grid`` runs Tables 2-3's grid for ``lodmeta``: the per-release epsilon in {0.5, 0.6, 0.7,
-0.8} x delta in {0.4, 0.1, 0.02, 1e-5}, labelled ``eps<e>-d<delta>``, with the clip M of
-``--clip``; ``--eps`` and ``--delta`` keep only some rows and columns (``--eps 0.5 0.8 --delta
-1e-5``: the two delta-1e-5 corners); ``--set``, with its ``--label``, applies to every cell.
-``--reference`` adds, per setting, the accuracy of the untrained initialisation adapted the same
-way (what K SGD steps on the support set give without any meta-training: FMNIST's 5-way tasks
-are easy). ``--early`` reruns each chosen run's first 250 steps evaluated every 25 (label
-``early``, or ``<label>-early`` with ``--set``; the same computation: a walk's steps do not
-depend on its length or on when it is evaluated): claim 2 compares the communication at which
-runs reach a target, which the configs' evaluation every 250 steps leaves anywhere in a
-250-step bracket; the summary merges the two curves and says the bracket its ratio lies in.
+``--grid`` runs Tables 2-3's grid for ``lodmeta``: the per-release epsilon in {0.5, 0.6, 0.7, 0.8}
+x delta in {0.4, 0.1, 0.02, 1e-5}, labelled ``eps<e>-d<delta>``, with the clip M of ``--clip``;
+``--eps`` and ``--delta`` keep only some rows and columns (``--eps 0.5 0.8 --delta 1e-5``: the two
+delta-1e-5 corners); ``--set``, with its ``--label``, applies to every cell. ``--reference``
+measures (and runs nothing else), per setting, the accuracy of the untrained initialisation adapted
+the same way (what K SGD steps on the support set give without any meta-training: FMNIST's 5-way
+tasks are easy), and leaves it under ``--records``/reference/ for ``--summary``: a row of the
+table, and claim 4's floor (a grid cell no better than it meta-learned nothing). ``--early`` reruns
+each chosen run's first 250 steps evaluated every 25 (label ``early``, or ``<label>-early`` with
+``--set``; the same computation: a walk's steps do not depend on its length or on when it is
+evaluated): claim 2 compares the communication at which runs reach a target, which the configs'
+evaluation every 250 steps leaves anywhere in a 250-step bracket; the summary merges the two curves
+and says the bracket its ratio lies in.
 
 Needs flcore only (no Ray, MLflow or Optuna). The output is one JSON object; ``--summary``
 prints the markdown table of OUT (means ± std over seeds), the claims the runs support, and
@@ -82,6 +84,9 @@ STEPS = 2000
 #: known only to the evaluation grid: every 250 steps, the configs' ``eval_every``, leaves it
 #: anywhere between 0 and 250 steps when a run reaches it at its first evaluation)
 EARLY, EARLY_STEPS, EARLY_EVERY = "early", 250, 25
+#: ``--reference`` leaves its records in this folder of ``--records``; a grid cell that does not
+#: beat its setting's untrained reference by more than :data:`LEARNS` points learned nothing
+REFERENCE, LEARNS = "reference", 1.0
 GRID_EPS = (0.5, 0.6, 0.7, 0.8)
 GRID_DELTA = (0.4, 0.1, 0.02, 1e-5)
 _RUN = re.compile(r"^(?P<setting>(regular|smallworld)-\dshot)-(?P<name>.+)-s(?P<seed>\d+)$")
@@ -194,6 +199,26 @@ def read_runs(out: Path, records: Path | None = None) -> list[dict[str, Any]]:
     return [r | {"curve": _curve(r)} for r in scan_runs(out, _RUN, METHODS, records)]
 
 
+def reference_file(records: Path, setting: str, seed: int, label: str) -> Path:
+    """Where ``--reference`` leaves a setting's untrained accuracy for ``seed`` (and a ``--set``
+    variant's under its label)."""
+    tag = f"-{label}" if label else ""
+    return records / REFERENCE / f"{setting}{tag}-s{seed}.json"
+
+
+References = dict[tuple[str, str], list[dict[str, Any]]]
+
+
+def read_references(records: Path | None) -> References:
+    """The ``--reference`` records under ``records``: (setting, label) -> one record a seed."""
+    out: References = {}
+    folder = None if records is None else records / REFERENCE
+    for file in sorted(folder.glob("*.json")) if folder is not None and folder.is_dir() else []:
+        rec = json.loads(file.read_text())
+        out.setdefault((rec["setting"], rec.get("label") or ""), []).append(rec)
+    return out
+
+
 def _group(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, list[float]]]:
     out: dict[tuple[str, str, str], dict[str, list[float]]] = {}
     for r in runs:
@@ -208,8 +233,9 @@ def _group(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, l
     return out
 
 
-def summary_table(runs: list[dict[str, Any]]) -> str:
-    """Markdown: one row per (setting, method, label), means ± std over seeds."""
+def summary_table(runs: list[dict[str, Any]], references: References | None = None) -> str:
+    """Markdown: one row per (setting, method, label), means ± std over seeds; and a row per
+    setting (and label) for the untrained network adapted the same way (``--reference``)."""
     lines = [
         "| setting | method | seeds | steps | accuracy | unseen accuracy | comm units | epsilon "
         "| epsilon_accountant | epsilon_paper |",
@@ -235,6 +261,16 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
             f"| {seed_cell(cell.get('unseen_accuracy', []))} "
             f"| {first('comm_units')} | {weakest('epsilon')} | {weakest('epsilon_accountant')} "
             f"| {weakest('epsilon_paper')} |"
+        )
+    for (setting, label), recs in sorted(
+        (references or {}).items(), key=lambda kv: (list(SETTINGS).index(kv[0][0]), kv[0][1])
+    ):
+        name = "untrained network" + (f" ({label})" if label else "")
+        acc = [float(r["accuracy"]) for r in recs if r.get("accuracy") is not None]
+        unseen = [float(r["unseen_accuracy"]) for r in recs if r.get("unseen_accuracy") is not None]
+        lines.append(
+            f"| {setting} | {name} | {len(recs)} | 0 | {seed_cell(acc)} | {seed_cell(unseen)} "
+            "| 0 | - | - | - |"
         )
     return "\n".join(lines)
 
@@ -302,7 +338,7 @@ def full_length(run: dict[str, Any]) -> bool:
     return int(run["summary"].get("rounds") or 0) >= STEPS
 
 
-def claims(runs: list[dict[str, Any]]) -> list[str]:
+def claims(runs: list[dict[str, Any]], references: References | None = None) -> list[str]:
     """The paper's claims (issue 26 section 5) on the unlabelled runs of ``regular-5shot``
     that have done their :data:`STEPS` steps; claim 2 also reads the other method's runs still
     under way and the ``--early`` runs, as what they show: the communication at which the run
@@ -397,12 +433,21 @@ def claims(runs: list[dict[str, Any]]) -> list[str]:
     pairs = sum(
         1 for (e, d) in have for (e2, d2) in have if (e2 < e and d2 == d or d2 < d and e2 == e)
     )
-    four = [
-        (
-            "inconclusive" if pairs else "not measured",
-            f"{falls}/{pairs} smaller-epsilon-or-delta pairs lose accuracy (one seed)",
-        )
+    shown = f"{falls}/{pairs} smaller-epsilon-or-delta pairs lose accuracy (one seed)"
+    # a trend needs something to fall from: a cell at or below the untrained network adapted
+    # (seed 0's reference, the grid's seed) meta-learned nothing, whatever its neighbours show
+    ref = [
+        float(r["accuracy"])
+        for r in (references or {}).get((s, ""), [])
+        if r["seed"] == 0 and r.get("accuracy") is not None
     ]
+    if have and ref:
+        learned = sum(1 for acc in have.values() if acc > ref[0] + LEARNS)
+        shown += (
+            f"; {learned}/{len(have)} cells above the untrained network adapted ({ref[0]:.2f})"
+            + (": no cell meta-learns, so there is no accuracy to fall" if not learned else "")
+        )
+    four = [("inconclusive" if pairs or have else "not measured", shown)]
     return [
         claim_line(1, "per step, LoDMeta ~ LoDMeta(basic) > LoDMeta(SGD)", one),
         claim_line(
@@ -497,7 +542,11 @@ def main(argv: list[str] | None = None) -> None:
         choices=GRID_DELTA,
         help="only these columns of the grid (default: all)",
     )
-    ap.add_argument("--reference", action="store_true", help="the untrained network's accuracy")
+    ap.add_argument(
+        "--reference",
+        action="store_true",
+        help="only the untrained network's accuracy (no run starts)",
+    )
     ap.add_argument(
         "--early",
         action="store_true",
@@ -525,9 +574,10 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     if args.summary:
         runs = read_runs(out, records_dir(args))
-        print(summary_table(runs))
+        references = read_references(records_dir(args))
+        print(summary_table(runs, references))
         print()
-        print("\n".join(claims(runs)))
+        print("\n".join(claims(runs, references)))
         print()
         print("\n".join(plot_curves(runs, out)))
         return
@@ -535,6 +585,8 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--grid needs --clip (M; benchmarks/lodmeta_grad_norms.py measures the norms)")
     if not args.grid and (args.eps or args.delta):
         ap.error("--eps and --delta choose cells of --grid; add --grid")
+    if args.reference and args.grid:
+        ap.error("--reference measures the untrained network alone: not with --grid")
     if args.early and (args.grid or args.reference or args.rounds):
         ap.error(
             "--early reruns the first steps of the configs' own runs (those claim 2 reads): "
@@ -556,6 +608,11 @@ def main(argv: list[str] | None = None) -> None:
         for seed in args.seeds:
             if args.reference:
                 records.append(reference(setting, seed, args))
+                if (folder := records_dir(args)) is not None:
+                    file = reference_file(folder, setting, seed, args.label)
+                    file.parent.mkdir(parents=True, exist_ok=True)
+                    file.write_text(json.dumps(records[-1] | {"machine": machine()}, indent=1))
+                continue  # the reference alone: no run starts
             if args.grid:
                 for e, d in cells:
                     privacy = [

@@ -360,3 +360,62 @@ def test_the_figure_shows_early_only_runs_and_claim_2s_target(tmp_path: Path) ->
         json.dumps({"accuracy": 0.9, "unseen_accuracy": 0.8, "comm_units": 20, "rounds": 100})
     )
     assert mod["figure_curves"](mod["read_runs"](tmp_path), "regular-5shot")[2] is None
+
+
+def test_claim_4_counts_the_cells_that_beat_the_untrained_network(tmp_path: Path) -> None:
+    # the grid's cells at the untrained network's level: a pair "falls", but nothing was learned
+    # for it to fall from, and the claim says so (and stays inconclusive: one seed a cell)
+    mod = _mod()
+    out, records = tmp_path / "out", tmp_path / "records"
+    _write_run(out, "regular-5shot-lodmeta-eps0.8-d0.4-s0", [(2000, 0.5601, 0.65)])
+    _write_run(out, "regular-5shot-lodmeta-eps0.8-d1e-05-s0", [(2000, 0.5516, 0.65)])
+    ref = {"setting": "regular-5shot", "seed": 0, "label": "", "accuracy": 59.59}
+    file = mod["reference_file"](records, "regular-5shot", 0, "")
+    file.parent.mkdir(parents=True)
+    file.write_text(json.dumps(ref | {"unseen_accuracy": 77.91}))
+    runs, references = mod["read_runs"](out, records), mod["read_references"](records)
+    claim = mod["claims"](runs, references)[3]
+    assert claim.startswith(
+        "4. Tables 2-3: accuracy falls as epsilon or delta shrink: inconclusive"
+    )
+    assert (
+        "1/1 smaller-epsilon-or-delta pairs lose accuracy (one seed); 0/2 cells above the "
+        "untrained network adapted (59.59): no cell meta-learns, so there is no accuracy to fall"
+    ) in claim
+    assert "| regular-5shot | untrained network | 1 | 0 | 59.59 | 77.91 | 0 |" in mod[
+        "summary_table"
+    ](runs, references)
+    # a cell more than a point above the reference learned something
+    _write_run(out, "regular-5shot-lodmeta-eps0.8-d0.1-s0", [(2000, 0.7, 0.7)])
+    claim = mod["claims"](mod["read_runs"](out, records), references)[3]
+    assert claim.endswith("; 1/3 cells above the untrained network adapted (59.59), inconclusive]")
+    # without a reference, only the pairs
+    claim = mod["claims"](mod["read_runs"](out, records))[3]
+    assert claim.endswith("lose accuracy (one seed), inconclusive]")
+
+
+def test_the_reference_runs_nothing_else_and_leaves_its_record(
+    data_root: Path, tmp_path: Path
+) -> None:
+    mod = _mod()
+    out, records = tmp_path / "out", tmp_path / "records"
+    args = ["--reference", "--seeds", "0", "--workers", "1", "--label", "tiny"]
+    args += ["--out", str(out), "--records", str(records)]
+    for over in (
+        f"data_root={data_root}",
+        "num_clients=4",
+        "fewshot.unseen_clients=2",
+        "model_params.hidden=4",
+    ):
+        args += ["--set", over]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        mod["main"](args)
+    (rec,) = json.loads(buf.getvalue())["runs"]
+    assert not out.exists() and not list(records.glob("*.json"))  # no run started
+    saved = json.loads((records / "reference" / "regular-5shot-tiny-s0.json").read_text())
+    assert saved["accuracy"] == rec["accuracy"] and 0 < rec["accuracy"] <= 100
+    assert saved["unseen_accuracy"] is not None and saved["machine"]["cpus"] >= 1
+    assert mod["read_references"](records) == {("regular-5shot", "tiny"): [saved]}
+    with pytest.raises(SystemExit):
+        mod["main"](["--reference", "--grid", "--clip", "0.6", "--out", str(out)])
