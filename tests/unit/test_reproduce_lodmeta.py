@@ -46,6 +46,20 @@ def _write_run(
     (folder / "summary.json").write_text(json.dumps(summary))
 
 
+def _tiny(data_root: Path, *extra: str) -> list[str]:
+    """``--set`` options for a tiny walk on the test's FMNIST (4 clients, 4 channels)."""
+    overrides = [f"data_root={data_root}", "num_clients=4", "model_params.hidden=4", *extra]
+    return [arg for over in overrides for arg in ("--set", over)]
+
+
+def _main_runs(mod: dict, args: list[str]) -> list[dict]:  # type: ignore[type-arg]
+    """The script's ``main(args)``: the records of its JSON output."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        mod["main"](args)
+    return json.loads(buf.getvalue())["runs"]  # type: ignore[no-any-return]
+
+
 def test_cost_to_reach_and_the_communication_claim(tmp_path: Path) -> None:
     mod = _mod()
     curve = [(1, 0.5, None, 10.0), (2, 0.8, None, 20.0), (3, 0.9, None, 30.0)]
@@ -244,18 +258,8 @@ def test_eps_and_delta_choose_the_grid_cells_that_run(data_root: Path, tmp_path:
     args = ["--grid", "--clip", "0.6", "--eps", "0.8", "0.5", "--delta", "1e-5"]
     args += ["--rounds", "1", "--workers", "1", "--out", str(out), "--records", str(records)]
     args += ["--label", "tiny"]
-    for over in (
-        f"data_root={data_root}",
-        "num_clients=4",
-        "fewshot.unseen_clients=0",
-        "model_params.hidden=4",
-        "algorithm_params.inner_steps=1",
-    ):
-        args += ["--set", over]
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        mod["main"](args)
-    runs = json.loads(buf.getvalue())["runs"]
+    args += _tiny(data_root, "fewshot.unseen_clients=0", "algorithm_params.inner_steps=1")
+    runs = _main_runs(mod, args)
     # the two delta-1e-5 corners, in the grid's order, each with its own privacy overrides and
     # the variant's --set ones (its label after the cell's)
     assert [r["run"] for r in runs] == [
@@ -401,17 +405,7 @@ def test_the_reference_runs_nothing_else_and_leaves_its_record(
     out, records = tmp_path / "out", tmp_path / "records"
     args = ["--reference", "--seeds", "0", "--workers", "1", "--label", "tiny"]
     args += ["--out", str(out), "--records", str(records)]
-    for over in (
-        f"data_root={data_root}",
-        "num_clients=4",
-        "fewshot.unseen_clients=2",
-        "model_params.hidden=4",
-    ):
-        args += ["--set", over]
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        mod["main"](args)
-    (rec,) = json.loads(buf.getvalue())["runs"]
+    (rec,) = _main_runs(mod, args + _tiny(data_root, "fewshot.unseen_clients=2"))
     assert not out.exists() and not list(records.glob("*.json"))  # no run started
     saved = json.loads((records / "reference" / "regular-5shot-tiny-s0.json").read_text())
     assert saved["accuracy"] == rec["accuracy"] and 0 < rec["accuracy"] <= 100
