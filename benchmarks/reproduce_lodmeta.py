@@ -17,16 +17,19 @@ which ``--summary`` reads beside OUT's folders.
 ``--grid`` runs Tables 2-3's grid for ``lodmeta``: the per-release epsilon in {0.5, 0.6, 0.7, 0.8}
 x delta in {0.4, 0.1, 0.02, 1e-5}, labelled ``eps<e>-d<delta>``, with the clip M of ``--clip``;
 ``--eps`` and ``--delta`` keep only some rows and columns (``--eps 0.5 0.8 --delta 1e-5``: the two
-delta-1e-5 corners); ``--set``, with its ``--label``, applies to every cell. ``--reference``
-measures (and runs nothing else), per setting, the accuracy of the untrained initialisation adapted
-the same way (what K SGD steps on the support set give without any meta-training: FMNIST's 5-way
-tasks are easy), and leaves it under ``--records``/reference/ for ``--summary``: a row of the
-table, and claim 4's floor (a grid cell no better than it meta-learned nothing). ``--early`` reruns
-each chosen run's first 250 steps evaluated every 25 (label ``early``, or ``<label>-early`` with
-``--set``; the same computation: a walk's steps do not depend on its length or on when it is
-evaluated): claim 2 compares the communication at which runs reach a target, which the configs'
-evaluation every 250 steps leaves anywhere in a 250-step bracket; the summary merges the two curves
-and says the bracket its ratio lies in.
+delta-1e-5 corners); ``--set``, with its ``--label``, applies to every cell. ``--ladder Z ...``
+runs LoDMeta at noise multipliers z below the grid's (delta 1e-5, ``--clip``), labelled
+``z<z>-d1e-05`` (``-r<steps>`` with ``--rounds``): where the grid sits at the untrained network's
+level, claim 4's trend is looked for there. ``--reference`` measures (and runs nothing else), per
+setting, the accuracy of the untrained initialisation adapted the same way (what K SGD steps on the
+support set give without any meta-training: FMNIST's 5-way tasks are easy), and leaves it under
+``--records``/reference/ for ``--summary``: a row of the table, and claim 4's floor (a grid cell no
+better than it meta-learned nothing). ``--early`` reruns each chosen run's first 250 steps
+evaluated every 25 (label ``early``, or ``<label>-early`` with ``--set``; the same computation: a
+walk's steps do not depend on its length or on when it is evaluated): claim 2 compares the
+communication at which runs reach a target, which the configs' evaluation every 250 steps leaves
+anywhere in a 250-step bracket; the summary merges the two curves and says the bracket its ratio
+lies in.
 
 Needs flcore only (no Ray, MLflow or Optuna). The output is one JSON object; ``--summary``
 prints the markdown table of OUT (means ± std over seeds), the claims the runs support, and
@@ -87,6 +90,10 @@ EARLY, EARLY_STEPS, EARLY_EVERY = "early", 250, 25
 #: ``--reference`` leaves its records in this folder of ``--records``; a grid cell that does not
 #: beat its setting's untrained reference by more than :data:`LEARNS` points learned nothing
 REFERENCE, LEARNS = "reference", 1.0
+#: ``--ladder``'s runs: a noise multiplier z a run at this delta, labelled ``z<z>-d<delta>``
+#: (``-r<steps>`` with ``--rounds``)
+LADDER_DELTA = 1e-5
+_LADDER = re.compile(r"^z(?P<z>[0-9.e+-]+?)-d(?P<delta>[0-9.e+-]+?)(-r(?P<steps>\d+))?$")
 GRID_EPS = (0.5, 0.6, 0.7, 0.8)
 GRID_DELTA = (0.4, 0.1, 0.02, 1e-5)
 _RUN = re.compile(r"^(?P<setting>(regular|smallworld)-\dshot)-(?P<name>.+)-s(?P<seed>\d+)$")
@@ -338,6 +345,38 @@ def full_length(run: dict[str, Any]) -> bool:
     return int(run["summary"].get("rounds") or 0) >= STEPS
 
 
+def ladder_part(runs: list[dict[str, Any]], floor: float | None) -> tuple[str, str] | None:
+    """Claim 4 below the grid's noise: the ``--ladder`` runs of ``regular-5shot`` LoDMeta, seed
+    0, at their longest length: whether accuracy falls as z grows, rung to rung, and from which
+    z on it is no better than the untrained network (``floor``). One seed: inconclusive."""
+    rungs: dict[int, dict[float, dict[str, Any]]] = {}
+    for r in runs:
+        m = _LADDER.match(r["label"])
+        if r["setting"] != "regular-5shot" or r["method"] != "lodmeta" or r["seed"] != 0 or not m:
+            continue
+        if r["summary"].get("accuracy") is None:
+            continue
+        rungs.setdefault(int(r["summary"].get("rounds") or 0), {})[float(m["z"])] = r["summary"]
+    if not rungs:
+        return None
+    steps = max(rungs)
+    ladder = sorted(rungs[steps].items())  # z ascending
+    acc = [100.0 * float(summary["accuracy"]) for _, summary in ladder]
+    falls = sum(1 for a, b in zip(acc, acc[1:], strict=False) if b <= a)
+    shown = (
+        f"noise ladder ({len(ladder)} rungs, z {ladder[0][0]:g} to {ladder[-1][0]:g}, {steps} "
+        f"steps): accuracy falls as z grows on {falls}/{len(ladder) - 1} adjacent rungs"
+    )
+    if floor is not None:
+        learned = [(z, su) for (z, su), a in zip(ladder, acc, strict=True) if a > floor + LEARNS]
+        shown += f", {len(learned)}/{len(ladder)} above the untrained network adapted" + (
+            f" (the noisiest at z {learned[-1][0]:g}, epsilon {learned[-1][1].get('epsilon'):.3g})"
+            if learned
+            else ""
+        )
+    return "inconclusive", shown
+
+
 def claims(runs: list[dict[str, Any]], references: References | None = None) -> list[str]:
     """The paper's claims (issue 26 section 5) on the unlabelled runs of ``regular-5shot``
     that have done their :data:`STEPS` steps; claim 2 also reads the other method's runs still
@@ -448,6 +487,9 @@ def claims(runs: list[dict[str, Any]], references: References | None = None) -> 
             + (": no cell meta-learns, so there is no accuracy to fall" if not learned else "")
         )
     four = [("inconclusive" if pairs or have else "not measured", shown)]
+    ladder = ladder_part(every, ref[0] if ref else None)
+    if ladder is not None:
+        four.append(ladder)
     return [
         claim_line(1, "per step, LoDMeta ~ LoDMeta(basic) > LoDMeta(SGD)", one),
         claim_line(
@@ -543,6 +585,15 @@ def main(argv: list[str] | None = None) -> None:
         help="only these columns of the grid (default: all)",
     )
     ap.add_argument(
+        "--ladder",
+        nargs="+",
+        type=float,
+        metavar="Z",
+        default=[],
+        help=f"LoDMeta at these noise multipliers z (delta {LADDER_DELTA:g}, the clip of --clip), "
+        "labelled z<z>-d<delta>[-r<--rounds>]: claim 4 below the grid's noise",
+    )
+    ap.add_argument(
         "--reference",
         action="store_true",
         help="only the untrained network's accuracy (no run starts)",
@@ -581,23 +632,41 @@ def main(argv: list[str] | None = None) -> None:
         print()
         print("\n".join(plot_curves(runs, out)))
         return
-    if args.grid and args.clip is None:
-        ap.error("--grid needs --clip (M; benchmarks/lodmeta_grad_norms.py measures the norms)")
+    if (args.grid or args.ladder) and args.clip is None:
+        ap.error(
+            "--grid and --ladder need --clip (M; benchmarks/lodmeta_grad_norms.py measures the "
+            "norms)"
+        )
+    if any(not z > 0 for z in args.ladder):
+        ap.error("--ladder's noise multipliers must be > 0 (z 0 is the unlabelled run, clipped)")
     if not args.grid and (args.eps or args.delta):
         ap.error("--eps and --delta choose cells of --grid; add --grid")
-    if args.reference and args.grid:
-        ap.error("--reference measures the untrained network alone: not with --grid")
-    if args.early and (args.grid or args.reference or args.rounds):
+    if args.reference and (args.grid or args.ladder):
+        ap.error("--reference measures the untrained network alone: not with --grid or --ladder")
+    if args.early and (args.grid or args.ladder or args.reference or args.rounds):
         ap.error(
             "--early reruns the first steps of the configs' own runs (those claim 2 reads): "
-            "not with --grid, --reference or --rounds"
+            "not with --grid, --ladder, --reference or --rounds"
         )
     if args.early_steps < 1 or not 1 <= args.early_every <= args.early_steps:
         ap.error("--early-steps must be >= 1 and --early-every in [1, --early-steps]")
     # the grid's cells in its own order, whatever order --eps and --delta name them in
-    cells = [(e, d) for e in GRID_EPS for d in GRID_DELTA]
+    grid = [(e, d) for e in GRID_EPS for d in GRID_DELTA]
+    grid = [
+        (e, d) for e, d in grid if e in (args.eps or GRID_EPS) and d in (args.delta or GRID_DELTA)
+    ]
+    # (label, privacy overrides) of each grid cell and ladder rung; a --set variant keeps its
+    # own label after the cell's
+    tail = f"-{args.label}" if args.label else ""
     cells = [
-        (e, d) for e, d in cells if e in (args.eps or GRID_EPS) and d in (args.delta or GRID_DELTA)
+        (f"eps{e:g}-d{d:g}{tail}", [f"privacy.release_epsilon={e}", f"privacy.delta={d}"])
+        for e, d in (grid if args.grid else [])
+    ] + [
+        (
+            f"z{z:g}-d{LADDER_DELTA:g}" + (f"-r{args.rounds}" if args.rounds else "") + tail,
+            [f"privacy.noise_multiplier={z}", f"privacy.delta={LADDER_DELTA}"],
+        )
+        for z in args.ladder
     ]
     import torch
 
@@ -613,16 +682,10 @@ def main(argv: list[str] | None = None) -> None:
                     file.parent.mkdir(parents=True, exist_ok=True)
                     file.write_text(json.dumps(records[-1] | {"machine": machine()}, indent=1))
                 continue  # the reference alone: no run starts
-            if args.grid:
-                for e, d in cells:
-                    privacy = [
-                        "privacy.mechanism=perturbation",
-                        f"privacy.release_epsilon={e}",
-                        f"privacy.delta={d}",
-                        f"privacy.clip={args.clip}",
-                    ]
-                    # a --set variant of the grid keeps its own label after the cell's
-                    cell = f"eps{e:g}-d{d:g}" + (f"-{args.label}" if args.label else "")
+            if cells:
+                for cell, privacy in cells:
+                    privacy = ["privacy.mechanism=perturbation", *privacy]
+                    privacy.append(f"privacy.clip={args.clip}")
                     records.append(
                         run_one(
                             "lodmeta", setting, seed, args, deadline, [*privacy, *args.set], cell

@@ -413,3 +413,57 @@ def test_the_reference_runs_nothing_else_and_leaves_its_record(
     assert mod["read_references"](records) == {("regular-5shot", "tiny"): [saved]}
     with pytest.raises(SystemExit):
         mod["main"](["--reference", "--grid", "--clip", "0.6", "--out", str(out)])
+
+
+def test_the_ladder_runs_its_noise_multipliers_labelled(data_root: Path, tmp_path: Path) -> None:
+    mod = _mod()
+    out = tmp_path / "out"
+    args = ["--ladder", "0.5", "0.01", "--clip", "0.6", "--rounds", "1", "--workers", "1"]
+    args += ["--out", str(out), "--records", "", "--label", "tiny"]
+    runs = _main_runs(mod, args + _tiny(data_root, "fewshot.unseen_clients=0"))
+    assert [r["run"] for r in runs] == [
+        "regular-5shot-lodmeta-z0.5-d1e-05-r1-tiny-s0",
+        "regular-5shot-lodmeta-z0.01-d1e-05-r1-tiny-s0",
+    ]
+    assert "privacy.noise_multiplier=0.01" in runs[1]["overrides"]
+    assert (
+        "privacy.clip=0.6" in runs[1]["overrides"] and "privacy.delta=1e-05" in runs[1]["overrides"]
+    )
+    assert all(r["epsilon"] is not None and r["epsilon"] > 0 for r in runs)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--ladder", "0.1"], "--grid and --ladder need --clip"),
+        (["--ladder", "0", "--clip", "0.6"], "--ladder's noise multipliers must be > 0"),
+        (["--ladder", "0.1", "--clip", "0.6", "--reference"], "not with --grid or --ladder"),
+    ],
+)
+def test_a_bad_ladder_is_refused_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit):
+        _mod()["main"]([*extra, "--out", str(tmp_path / "out")])
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_claim_4_reads_the_ladder_where_the_grid_is_flat(tmp_path: Path) -> None:
+    mod = _mod()
+    for z, acc in ((0.001, 0.90), (0.01, 0.77), (0.1, 0.64), (1.0, 0.60)):
+        _write_run(
+            tmp_path, f"regular-5shot-lodmeta-z{z:g}-d1e-05-r500-s0", [(500, acc, 0.7)], steps=500
+        )
+        summary = tmp_path / f"regular-5shot-lodmeta-z{z:g}-d1e-05-r500-s0" / "summary.json"
+        summary.write_text(json.dumps(json.loads(summary.read_text()) | {"epsilon": 1.0 / z}))
+    # a shorter rung does not mix with the 500-step ones
+    _write_run(tmp_path, "regular-5shot-lodmeta-z0.5-d1e-05-r10-s0", [(10, 0.99, 0.7)], steps=10)
+    part = mod["ladder_part"](mod["read_runs"](tmp_path), 59.59)
+    assert part == (
+        "inconclusive",
+        "noise ladder (4 rungs, z 0.001 to 1, 500 steps): accuracy falls as z grows on 3/3 "
+        "adjacent rungs, 3/4 above the untrained network adapted (the noisiest at z 0.1, "
+        "epsilon 10)",
+    )
+    assert mod["ladder_part"]([], 59.59) is None
