@@ -683,13 +683,11 @@ def main(argv: list[str] | None = None) -> None:
                     file.write_text(json.dumps(records[-1] | {"machine": machine()}, indent=1))
                 continue  # the reference alone: no run starts
             if cells:
+                clip = f"privacy.clip={args.clip}"
                 for cell, privacy in cells:
-                    privacy = ["privacy.mechanism=perturbation", *privacy]
-                    privacy.append(f"privacy.clip={args.clip}")
+                    extra = ["privacy.mechanism=perturbation", *privacy, clip]
                     records.append(
-                        run_one(
-                            "lodmeta", setting, seed, args, deadline, [*privacy, *args.set], cell
-                        )
+                        run_one("lodmeta", setting, seed, args, deadline, [*extra, *args.set], cell)
                     )
                 continue
             for method in args.methods:
