@@ -345,6 +345,12 @@ def full_length(run: dict[str, Any]) -> bool:
     return int(run["summary"].get("rounds") or 0) >= STEPS
 
 
+def learned(accuracy: float, floor: float) -> bool:
+    """Whether a run's accuracy (%) beats the untrained network's ``floor`` by more than
+    :data:`LEARNS` points: a run that does not meta-learned nothing."""
+    return accuracy > floor + LEARNS
+
+
 def ladder_part(runs: list[dict[str, Any]], floor: float | None) -> tuple[str, str] | None:
     """Claim 4 below the grid's noise: the ``--ladder`` runs of ``regular-5shot`` LoDMeta, seed
     0, at their longest length: whether accuracy falls as z grows, rung to rung, and from which
@@ -368,10 +374,10 @@ def ladder_part(runs: list[dict[str, Any]], floor: float | None) -> tuple[str, s
         f"steps): accuracy falls as z grows on {falls}/{len(ladder) - 1} adjacent rungs"
     )
     if floor is not None:
-        learned = [(z, su) for (z, su), a in zip(ladder, acc, strict=True) if a > floor + LEARNS]
-        shown += f", {len(learned)}/{len(ladder)} above the untrained network adapted" + (
-            f" (the noisiest at z {learned[-1][0]:g}, epsilon {learned[-1][1].get('epsilon'):.3g})"
-            if learned
+        above = [(z, su) for (z, su), a in zip(ladder, acc, strict=True) if learned(a, floor)]
+        shown += f", {len(above)}/{len(ladder)} above the untrained network adapted" + (
+            f" (the noisiest at z {above[-1][0]:g}, epsilon {above[-1][1].get('epsilon'):.3g})"
+            if above
             else ""
         )
     return "inconclusive", shown
@@ -481,10 +487,10 @@ def claims(runs: list[dict[str, Any]], references: References | None = None) -> 
         if r["seed"] == 0 and r.get("accuracy") is not None
     ]
     if have and ref:
-        learned = sum(1 for acc in have.values() if acc > ref[0] + LEARNS)
+        above = sum(1 for acc in have.values() if learned(acc, ref[0]))
         shown += (
-            f"; {learned}/{len(have)} cells above the untrained network adapted ({ref[0]:.2f})"
-            + (": no cell meta-learns, so there is no accuracy to fall" if not learned else "")
+            f"; {above}/{len(have)} cells above the untrained network adapted ({ref[0]:.2f})"
+            + (": no cell meta-learns, so there is no accuracy to fall" if not above else "")
         )
     four = [("inconclusive" if pairs or have else "not measured", shown)]
     ladder = ladder_part(every, ref[0] if ref else None)

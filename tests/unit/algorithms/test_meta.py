@@ -241,8 +241,13 @@ def test_a_noisy_walk_is_the_same_walk_at_any_clip_that_binds(data_root: Path) -
     # (BENCHMARKS.md, Tables 2-3's grid).
     walks, norms = [], []
     for clip in (0.01, 0.001):
-        privacy = {"mechanism": "perturbation", "noise_multiplier": 1.0, "clip": clip}
-        raw = _raw(data_root, privacy=privacy | {"delta": 1e-5}, rounds=6, eval_every=6)
+        privacy = {
+            "mechanism": "perturbation",
+            "noise_multiplier": 1.0,
+            "clip": clip,
+            "delta": 1e-5,
+        }
+        raw = _raw(data_root, privacy=privacy, rounds=6, eval_every=6)
         raw["algorithm_params"] = raw["algorithm_params"] | {"lam": 1e-30}
         rec = _Rec()
         engine = build_engine(validate_config(raw), callbacks=[rec])
