@@ -32,8 +32,8 @@ anywhere in a 250-step bracket; the summary merges the two curves and says the b
 lies in.
 
 Needs flcore only (no Ray, MLflow or Optuna). The output is one JSON object; ``--summary``
-prints the markdown table of OUT (means ± std over seeds), the claims the runs support, and
-writes ``OUT/accuracy_vs_communication-<setting>.png`` (the paper's Figures 1-4).
+prints the markdown table of OUT (means ± std over seeds), the ``--grid`` cells in the layout of
+the paper's Tables 2-3, the claims the runs support, and writes ``OUT/accuracy_vs_communication-<setting>.png`` (the paper's Figures 1-4).
 
     .venv/bin/python benchmarks/reproduce_lodmeta.py --seeds 0 1 2 \
         --methods lodmeta lodmeta_basic lodmeta_sgd
@@ -280,6 +280,52 @@ def summary_table(runs: list[dict[str, Any]], references: References | None = No
             "| 0 | - | - | - |"
         )
     return "\n".join(lines)
+
+
+def grid_tables(runs: list[dict[str, Any]]) -> str:
+    """Markdown in the layout of the paper's Tables 2-3 (rows: per-release epsilon, largest
+    first; columns: delta, largest first): the ``--grid`` cells of ``regular-5shot`` LoDMeta,
+    seed 0, each "training / unseen" accuracy (%), and the walk's epsilons: ``epsilon`` (where
+    the fronts place the run: inf for a weak-delta cell), ``epsilon_accountant`` (the accountant's
+    over the walk's visits) and ``epsilon_paper`` (Theorem 4.5). A cell under way shows its step
+    ("at step N"), a cell never run "-": nothing is filled in."""
+    found = {
+        r["label"]: r
+        for r in runs
+        if r["setting"] == "regular-5shot" and r["method"] == "lodmeta" and r["seed"] == 0
+    }
+    head = "| epsilon \\ delta | " + " | ".join(f"{d:g}" for d in GRID_DELTA) + " |"
+    rule = "|---|" + "---|" * len(GRID_DELTA)
+
+    def cell(e: float, d: float, show: Any) -> str:
+        run = found.get(f"eps{e:g}-d{d:g}")
+        if run is None:
+            return "-"
+        if not full_length(run):
+            return f"at step {int(run['summary'].get('rounds') or 0)}"
+        return str(show(run["summary"]))
+
+    def accuracies(s: dict[str, Any]) -> str:
+        return " / ".join(
+            "-" if s.get(k) is None else f"{100.0 * float(s[k]):.2f}"
+            for k in ("accuracy", "unseen_accuracy")
+        )
+
+    def epsilons(s: dict[str, Any]) -> str:
+        keys = ("epsilon", "epsilon_accountant", "epsilon_paper")
+        return " / ".join(epsilon_cell([float(s[k])] if k in s else [], ".3g") for k in keys)
+
+    out = []
+    for title, show in (
+        ("accuracy of training / unseen clients (%)", accuracies),
+        ("epsilon (on the fronts) / epsilon_accountant / epsilon_paper (Theorem 4.5)", epsilons),
+    ):
+        rows = [
+            f"| {e:g} | " + " | ".join(cell(e, d, show) for d in GRID_DELTA) + " |"
+            for e in sorted(GRID_EPS, reverse=True)
+        ]
+        out.append("\n".join([f"Tables 2-3 grid, {title}:", "", head, rule, *rows]))
+    return "\n\n".join(out)
 
 
 def cost_to_reach(curve: list[Point], target: float, column: int = 0) -> float | None:
@@ -633,6 +679,8 @@ def main(argv: list[str] | None = None) -> None:
         runs = read_runs(out, records_dir(args))
         references = read_references(records_dir(args))
         print(summary_table(runs, references))
+        print()
+        print(grid_tables(runs))
         print()
         print("\n".join(claims(runs, references)))
         print()

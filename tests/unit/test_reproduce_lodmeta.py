@@ -453,3 +453,29 @@ def test_claim_4_reads_the_ladder_where_the_grid_is_flat(tmp_path: Path) -> None
         "epsilon 10)",
     )
     assert mod["ladder_part"]([], 59.59) is None
+
+
+def test_the_grid_is_shown_in_the_papers_layout_and_nothing_is_filled_in(tmp_path: Path) -> None:
+    mod = _mod()
+    _write_run(tmp_path, "regular-5shot-lodmeta-eps0.8-d0.4-s0", [(2000, 0.5601, 0.6511)])
+    _write_run(tmp_path, "regular-5shot-lodmeta-eps0.5-d1e-05-s0", [(2000, 0.5509, 0.6516)])
+    _write_run(tmp_path, "regular-5shot-lodmeta-eps0.6-d0.1-s0", [(1000, 0.58, 0.7)], steps=1000)
+    _write_run(tmp_path, "regular-5shot-lodmeta-eps0.7-d0.1-s1", [(2000, 0.9, 0.9)])  # seed 1
+    for name, eps in (("eps0.8-d0.4", ("inf", 9.11, 7.51)), ("eps0.5-d1e-05", (3.15, 3.15, 6.74))):
+        file = tmp_path / f"regular-5shot-lodmeta-{name}-s0" / "summary.json"
+        keys = ("epsilon", "epsilon_accountant", "epsilon_paper")
+        file.write_text(
+            json.dumps(json.loads(file.read_text()) | dict(zip(keys, eps, strict=True)))
+        )
+    tables = mod["grid_tables"](mod["read_runs"](tmp_path))
+    _, accuracy, epsilon = tables.split("Tables 2-3 grid")
+    # rows from the largest epsilon down, columns from the largest delta, as in the paper
+    assert "| epsilon \\ delta | 0.4 | 0.1 | 0.02 | 1e-05 |" in accuracy
+    rows = [line for line in accuracy.splitlines() if line.startswith("| 0.")]
+    assert [r.split(" | ")[0] for r in rows] == ["| 0.8", "| 0.7", "| 0.6", "| 0.5"]
+    assert "| 0.8 | 56.01 / 65.11 | - | - | - |" in accuracy
+    assert "| 0.6 | - | at step 1000 | - | - |" in accuracy  # under way: its step, no figure
+    assert "| 0.7 | - | - | - | - |" in accuracy  # seed 1's cell is not the grid's seed
+    assert "| 0.5 | - | - | - | 55.09 / 65.16 |" in accuracy
+    assert "| 0.8 | inf / 9.11 / 7.51 | - | - | - |" in epsilon
+    assert "| 0.5 | - | - | - | 3.15 / 3.15 / 6.74 |" in epsilon
