@@ -33,7 +33,8 @@ lies in.
 
 Needs flcore only (no Ray, MLflow or Optuna). The output is one JSON object; ``--summary``
 prints the markdown table of OUT (means ± std over seeds), the ``--grid`` cells in the layout of
-the paper's Tables 2-3, the claims the runs support, and writes ``OUT/accuracy_vs_communication-<setting>.png`` (the paper's Figures 1-4).
+the paper's Tables 2-3, the claims the runs support, and writes
+``OUT/accuracy_vs_communication-<setting>.png`` (the paper's Figures 1-4).
 
     .venv/bin/python benchmarks/reproduce_lodmeta.py --seeds 0 1 2 \
         --methods lodmeta lodmeta_basic lodmeta_sgd
