@@ -9,6 +9,11 @@ attacker knows) and at the last step (for LoDMeta, usually a later visit: m and 
 the attack optimises). Each attacked upload is the client's step replayed on one of its records
 (support and query alike: ``MetaAlgorithm.replay_data``), attacked with labels given.
 
+``--methods fedmaml`` attacks server-based MAML the same way, the attacker being its server,
+which sees each drawn client's meta-gradient itself: every client drawn in the attacked round
+(4 by default; ``--set algorithm_params.clients_per_round=1 --label 1client`` is the paper's
+"MAML (1 client)", one a round).
+
 A caveat measured in session 35 (BENCHMARKS.md): five inner steps fit one record, so a
 one-record replay's meta-gradient is small (norm ~1e-3 second order, ~1e-4 first order, against
 ~0.6 for a real task), and its step read off float32 weights is partly rounding (36% of the
@@ -88,13 +93,13 @@ def run_case(method: str, at: str, args: argparse.Namespace) -> dict[str, Any]:
     began = time.perf_counter()
     engine.run()
     alg = engine.algorithm
-    visited = alg.position
+    visited = getattr(alg, "position", None)  # a walk's; a server's round draws several
     summary = engine.summary()
     return {
         "method": method,
         "attacked_step": rounds,
         "client": visited,
-        "client_visits_before": alg.visits[visited] - 1,
+        "client_visits_before": None if visited is None else alg.visits[visited] - 1,
         "known": args.known,
         **{k: summary.get(k) for k in KEEP},
         "seconds": round(time.perf_counter() - began, 1),
@@ -103,7 +108,12 @@ def run_case(method: str, at: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--methods", nargs="+", default=["lodmeta", "lodmeta_basic", "lodmeta_sgd"])
+    ap.add_argument(
+        "--methods",
+        nargs="+",
+        default=["lodmeta", "lodmeta_basic", "lodmeta_sgd"],
+        choices=["lodmeta", "lodmeta_basic", "lodmeta_sgd", "fedmaml"],
+    )
     ap.add_argument("--at", nargs="+", default=["first", "last"], choices=["first", "last"])
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--clients", type=int, default=100)

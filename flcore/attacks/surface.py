@@ -343,7 +343,8 @@ def batch_stats_norm_(model: nn.Module) -> nn.Module:
 
 class MetaStepSurface(GradientSurface):
     """LoDMeta's walk (and its baselines): what client i sends is one step of the walking
-    meta-model ``w``, made from the MAML meta-gradient of its task (flcore.algorithms.meta).
+    meta-model ``w``, made from the MAML meta-gradient of its task (flcore.algorithms.meta);
+    or, for server-based MAML (``fedmaml``), the meta-gradient itself.
 
     The attacker is i's predecessor and successor on the walk, colluding (or one client j on a
     walk j -> i -> j): it sees ``w`` before and after i's step, and (m, v) too where they
@@ -352,6 +353,8 @@ class MetaStepSurface(GradientSurface):
     - ``sgd`` (``lodmeta_sgd``): ``w' = w - eta g``: the gradient, ``(w - w') / eta``.
     - ``token`` (``lodmeta_basic``): the new m is in the token: ``g = (m' - theta m) /
       (1 - theta)`` with the old m from the broadcast token.
+    - ``gradient`` (``fedmaml``): the upload is the meta-gradient (keyed ``g.<name>``), which
+      the server reads as it is: the attacker is the server.
     - ``local`` (``lodmeta``): ``(w - w') / eta = m' / sqrt(v' + lambda)`` with ``m' = theta m +
       (1 - theta) g`` and ``v' = beta v + (1 - beta) g^2`` built from the client's own (m, v).
       Those are private: they are ``unknowns`` (``m.*``, ``v.*``), at their public initial
@@ -373,8 +376,9 @@ class MetaStepSurface(GradientSurface):
 
     Args:
         model: the public network (its batch norm layers are replaced in place).
-        start: ``w`` as broadcast, keyed as uploaded (``w.<name>``).
-        rule: ``sgd``, ``token`` or ``local`` (above).
+        start: ``w`` as broadcast, keyed as uploaded (``w.<name>``; ``g.<name>`` for
+            ``gradient``).
+        rule: ``sgd``, ``token``, ``local`` or ``gradient`` (above).
         inner_steps, inner_lr, first_order: the MAML inner loop.
         eta, theta, beta, lam: the walk's update.
         clip: the L2 bound of the meta-gradient (None: not clipped).
@@ -386,7 +390,7 @@ class MetaStepSurface(GradientSurface):
         model: nn.Module,
         start: Mapping[str, torch.Tensor],
         *,
-        rule: Literal["sgd", "token", "local"],
+        rule: Literal["sgd", "token", "local", "gradient"],
         inner_steps: int,
         inner_lr: float,
         first_order: bool,
@@ -397,7 +401,11 @@ class MetaStepSurface(GradientSurface):
         clip: float | None,
         token: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
-        names = [k.removeprefix("w.") for k in start]
+        #: the prefix of the uploaded tensors' names: the step's weights, or the gradient
+        self.key = "g." if rule == "gradient" else "w."
+        if any(not k.startswith(self.key) for k in start):
+            raise ValueError(f"rule {rule!r} uploads tensors named {self.key}<name>")
+        names = [k.removeprefix(self.key) for k in start]
         unknowns = None
         if rule == "local":
             zeros = {k: torch.zeros_like(v) for k, v in start.items()}
@@ -423,7 +431,7 @@ class MetaStepSurface(GradientSurface):
         may sit at the end of the support set. The query set is required."""
         if query is None:
             raise ValueError("a meta step's attacker who knows the rest knows its query set too")
-        device = self.start[f"w.{self.names[0]}"].device
+        device = self.start[f"{self.key}{self.names[0]}"].device
         out = copy.copy(self)
         out.known = (
             (support[0].to(device), support[1].to(device)),
@@ -461,7 +469,7 @@ class MetaStepSurface(GradientSurface):
                 u = {k: u[k] - self.inner_lr * g[k] for k in u}
             return u
 
-        w = {n: self.start[f"w.{n}"] for n in self.names}
+        w = {n: self.start[f"{self.key}{n}"] for n in self.names}
         if self.first_order:
             return grad(query)(adapt(w))
         return grad(lambda w: query(adapt(w)))(w)
@@ -474,7 +482,7 @@ class MetaStepSurface(GradientSurface):
             norm = torch.sqrt(sum(v.pow(2).sum() for v in g.values()))
             g = {k: v * torch.clamp(self.clip / (norm + 1e-12), max=1.0) for k, v in g.items()}
         if self.rule != "local":
-            return {f"w.{k}": v for k, v in g.items()}
+            return {f"{self.key}{k}": v for k, v in g.items()}
         out = {}
         for k, v in g.items():
             m = self.theta * unknowns[f"m.{k}"] + (1 - self.theta) * v
@@ -489,8 +497,10 @@ class MetaStepSurface(GradientSurface):
         rule; ``training`` and ``steps`` are not needed)."""
         out = {}
         for n in self.names:
-            s = self.start[f"w.{n}"]
-            if self.rule == "token":
+            s = self.start[f"{self.key}{n}"]
+            if self.rule == "gradient":
+                out[f"g.{n}"] = upload[f"g.{n}"].to(s.device, s.dtype)
+            elif self.rule == "token":
                 m_new = upload[f"m.{n}"].to(s.device, s.dtype)
                 m_old = self.token[f"m.{n}"].to(s.device, s.dtype)
                 out[f"w.{n}"] = (m_new - self.theta * m_old) / (1 - self.theta)

@@ -1,6 +1,6 @@
-"""LoDMeta's walk family can be attacked: the surface simulates exactly what a client's step
-releases (float64, real FMNIST few-shot tasks), for each rule, clipped or not, first order or
-second, and its unknowns are the client's private (m, v)."""
+"""LoDMeta's walk family and FedMAML can be attacked: the surface simulates exactly what a
+client's step releases (float64, real FMNIST few-shot tasks), for each rule, clipped or not,
+first order or second, and its unknowns are the client's private (m, v)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ def _setup(data_root: Any, algorithm: str, **extra: Any):  # type: ignore[no-unt
         "model_params": {"hidden": 8},
         "fewshot": {"n_way": 5, "k_shot": 1, "query": 3, "test_query": 3, "unseen_clients": 1},
         "algorithm_params": {"inner_steps": 2},
-        "graph": {"name": "regular", "degree": 2},
         "num_clients": 4,
         "rounds": 3,
         "eval_every": 100,
@@ -35,6 +34,8 @@ def _setup(data_root: Any, algorithm: str, **extra: Any):  # type: ignore[no-unt
         "attack": {"name": "ig", "rounds": [3], "clients": [0], "images": 2, "iterations": 1},
         **extra,
     }
+    if algorithm != "fedmaml":  # the server's MAML has no graph
+        raw["graph"] = {"name": "regular", "degree": 2}
     cfg = validate_config(raw)
     engine = build_engine(cfg, data=build_data(cfg))
     evaluator = engine.probes[0]
@@ -69,6 +70,8 @@ CASES = {
     "lodmeta": {},
     "lodmeta_basic": {},
     "lodmeta_sgd": {},
+    "fedmaml": {},
+    "fedmaml-first-order": {"algorithm_params": {"inner_steps": 2, "first_order": True}},
     "lodmeta-first-order": {"algorithm_params": {"inner_steps": 2, "first_order": True}},
     # clipped at a bound the meta-gradient exceeds; noise 0 (the attacker never simulates it)
     "lodmeta_sgd-clipped": {
@@ -122,9 +125,10 @@ def test_lodmeta_hides_its_moments_after_the_first_visit(data_root, float64: Non
 
 def test_basic_and_sgd_release_the_gradient_itself(data_root, float64: None) -> None:  # noqa: F811
     """What each rule gives away, on one record: LoDMeta-SGD's and LoDMeta-basic's releases are
-    the meta-gradient; LoDMeta's first visit is an elementwise map of it with the same signs."""
+    the meta-gradient, and FedMAML's upload is (to its server); LoDMeta's first visit is an
+    elementwise map of it with the same signs."""
     outs = {}
-    for algorithm in ("lodmeta", "lodmeta_basic", "lodmeta_sgd"):
+    for algorithm in ("lodmeta", "lodmeta_basic", "lodmeta_sgd", "fedmaml"):
         engine, evaluator = _setup(data_root, algorithm)
         _, obs, records = _observe(engine, evaluator, state=None)
         x = normalize(records[0].images, engine.data.info)[:1]
@@ -132,6 +136,8 @@ def test_basic_and_sgd_release_the_gradient_itself(data_root, float64: None) -> 
     for algorithm in ("lodmeta_basic", "lodmeta_sgd"):
         target, g = outs[algorithm]
         _close(target, {f"w.{k}": v for k, v in g.items()})
+    target, g = outs["fedmaml"]
+    _close(target, {f"g.{k}": v for k, v in g.items()})
     target, g = outs["lodmeta"]
     for k, v in g.items():
         big = v.abs() > 1e-6
@@ -177,7 +183,7 @@ def test_the_release_is_differentiated_in_the_records_through_the_inner_loop(
     assert analytic == pytest.approx(numeric, rel=1e-6)
 
 
-@pytest.mark.parametrize("algorithm", ["lodmeta", "lodmeta_basic", "lodmeta_sgd"])
+@pytest.mark.parametrize("algorithm", ["lodmeta", "lodmeta_basic", "lodmeta_sgd", "fedmaml"])
 def test_an_attacker_who_knows_the_rest_simulates_the_clients_real_step(
     data_root,
     float64: None,  # noqa: F811

@@ -19,6 +19,12 @@ taken so that the comparison with the walks differs in the topology only (LoDMet
 the baselines "follow MAML"); the server's draw is uniform without replacement and ignores
 ``client_fraction`` and ``full_last_round`` (the algorithm's ``clients_per_round`` says how many);
 communication is 2n units a round (Table 1: each client downloads and uploads the model).
+
+Attacks: the server sees each drawn client's meta-gradient as it is (no privacy mechanism
+applies: the paper runs MAML without one), so its surface
+(flcore.attacks.surface.MetaStepSurface, rule ``gradient``) is the meta-gradient of candidate
+records; with ``attack.known: rest`` the attacker knows the client's other support records and
+its query set, as for the walk's variants.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from pydantic import Field
 
 from flcore.algorithms.base import ALGORITHMS, ClientData, ClientResult, ClientTask
 from flcore.algorithms.meta.base import Params, ServerMeta
-from flcore.algorithms.meta.lodmeta import WalkParams, grad_norm
+from flcore.algorithms.meta.lodmeta import WalkParams, grad_norm, step_surface
 from flcore.algorithms.meta.maml import meta_gradient, tensors
 
 __all__ = ["FedMAML", "FedMAMLParams"]
@@ -68,6 +74,14 @@ class FedMAML(ServerMeta):
 
     def client_start(self, client_id: int, state: Any) -> Params:
         return self.w
+
+    attackable = True
+    attack_knows_rest = True  # one meta-gradient of the client's whole task
+
+    def attack_surface(self, broadcast: dict[str, torch.Tensor], client_id: int) -> Any:
+        """The meta-gradient the client uploads, as the server reads it (module docstring)."""
+        start = {f"g.{k[2:]}": v for k, v in broadcast.items() if k.startswith("w.")}
+        return step_surface(self, start, "gradient", clip=None)
 
     def state_dict(self) -> dict[str, Any]:
         return {"w": self.cpu(self.w), "m": self.cpu(self.m), "v": self.cpu(self.v)}

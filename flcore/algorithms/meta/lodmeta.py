@@ -105,6 +105,39 @@ def grad_norm(grads: Mapping[str, torch.Tensor]) -> float:
     return float(torch.sqrt(sum(g.double().pow(2).sum() for g in grads.values())))
 
 
+def step_surface(
+    alg: MetaAlgorithm,
+    start: Mapping[str, torch.Tensor],
+    rule: str,
+    clip: float | None,
+    token: Mapping[str, torch.Tensor] | None = None,
+) -> Any:
+    """The attack surface of one meta step of ``alg`` (flcore.attacks.surface.MetaStepSurface):
+    ``start`` the broadcast ``w`` keyed as the upload names it, ``rule`` what the upload makes
+    of the (``clip``-ped) meta-gradient, ``token`` the broadcast (m, v) where they travel. The
+    network is the public initialisation, rebuilt (the surface rewrites its batch norm)."""
+    from flcore.algorithms.base import seeded
+    from flcore.attacks.surface import MetaStepSurface
+
+    p = alg.params
+    assert isinstance(p, WalkParams)
+    model = seeded((alg.seed, 0x3E7A), alg.model_spec).to(alg.device)
+    return MetaStepSurface(
+        model,
+        {k: v.to(alg.device) for k, v in start.items()},
+        rule=rule,  # type: ignore[arg-type]  # the surface's rules are its names
+        inner_steps=p.inner_steps,
+        inner_lr=p.inner_lr,
+        first_order=p.first_order,
+        eta=float(alg.training.lr),
+        theta=p.theta,
+        beta=p.beta,
+        lam=p.lam,
+        clip=clip,
+        token=None if token is None else {k: v.to(alg.device) for k, v in token.items()},
+    )
+
+
 class RandomWalkMeta(MetaAlgorithm):
     """A meta-model walking the graph; subclasses choose the optimizer state's home."""
 
@@ -208,30 +241,12 @@ class RandomWalkMeta(MetaAlgorithm):
         """The step client ``client_id`` takes from the broadcast token, as its walk neighbours
         see it (flcore.attacks.surface.MetaStepSurface): the meta-gradient of candidate records,
         clipped as the run clips (not under ``paper_exact``, which does not), then the rule."""
-        from flcore.algorithms.base import seeded
-        from flcore.attacks.surface import MetaStepSurface
-
-        p = self.params
-        assert isinstance(p, WalkParams)
-        model = seeded((self.seed, 0x3E7A), self.model_spec).to(self.device)
         clip = None
         if self.privacy is not None and not self._paper_exact():
             clip = float(self.privacy.clip)
-        on = {k: v.to(self.device) for k, v in broadcast.items()}
-        return MetaStepSurface(
-            model,
-            {k: v for k, v in on.items() if k.startswith("w.")},
-            rule=self.state_home,  # type: ignore[arg-type]  # the surface's rules are its names
-            inner_steps=p.inner_steps,
-            inner_lr=p.inner_lr,
-            first_order=p.first_order,
-            eta=float(self.training.lr),
-            theta=p.theta,
-            beta=p.beta,
-            lam=p.lam,
-            clip=clip,
-            token={k: v for k, v in on.items() if not k.startswith("w.")} or None,
-        )
+        w = {k: v for k, v in broadcast.items() if k.startswith("w.")}
+        token = {k: v for k, v in broadcast.items() if not k.startswith("w.")}
+        return step_surface(self, w, self.state_home, clip, token or None)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
