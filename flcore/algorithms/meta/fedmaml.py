@@ -53,6 +53,8 @@ class FedMAML(ServerMeta):
 
     name = "fedmaml"
     Params = FedMAMLParams
+    attackable = True
+    attack_knows_rest = True  # one meta-gradient of the client's whole task
 
     def init_server(self) -> None:
         self.w = self.initial_params()
@@ -74,9 +76,6 @@ class FedMAML(ServerMeta):
 
     def client_start(self, client_id: int, state: Any) -> Params:
         return self.w
-
-    attackable = True
-    attack_knows_rest = True  # one meta-gradient of the client's whole task
 
     def attack_surface(self, broadcast: dict[str, torch.Tensor], client_id: int) -> Any:
         """The meta-gradient the client uploads, as the server reads it (module docstring)."""
