@@ -22,11 +22,13 @@ round (:func:`replay_best`, deterministic: its logged rows must match the run's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +110,8 @@ def resume_run(
     one row per round (rows past the checkpoint are dropped on resume: the rounds replay);
     ``spent.json`` the wall seconds spent over every invocation; ``summary.json`` the engine's
     summary. A run stops cleanly at the first checkpoint after ``deadline`` (a ``time.time()``).
+    A SIGTERM stops it cleanly too (:func:`stopping_on_sigterm`): the round under way ends, is
+    checkpointed, the summary written, and the process exits with status 143.
     With early stopping, :data:`BEST` holds the state after each new best window's last round.
 
     A round whose training loss is NaN or infinite ends the run as the sweeps' trainable does
@@ -152,9 +156,10 @@ def resume_run(
     until = min(engine.rounds, until_round or engine.rounds)
     marker = run_dir / "diverged.json"
     diverged = json.loads(marker.read_text())["round"] if marker.is_file() else None
-    if diverged is None and not engine.finished and engine.round < until and time.time() < deadline:
-        rounds = engine.iter_rounds()
-        for result in rounds:
+    go = diverged is None and not engine.finished and engine.round < until
+    with stopping_on_sigterm() as term:
+        rounds = engine.iter_rounds() if go and time.time() < deadline and not term.asked else None
+        for result in rounds or ():
             with log.open("a") as f:
                 row = {"round": result.round, **result.metrics}
                 f.write(json.dumps({k: jsonable(v) for k, v in row.items()}) + "\n")
@@ -165,14 +170,15 @@ def resume_run(
             if engine.early_stopping_metric is not None and engine.best_round == result.round:
                 engine.save_checkpoint(run_dir / BEST)  # a new best window ends here
             stop = engine.finished or result.round == until_round or diverged is not None
-            if result.round % checkpoint_every == 0 or stop:
+            if result.round % checkpoint_every == 0 or stop or term.asked:
                 engine.save_checkpoint(ckpt)
                 total = spent + time.perf_counter() - start
                 spent_file.write_text(json.dumps({"seconds": total}))
-                if stop or time.time() > deadline:
+                if stop or time.time() > deadline or term.asked:
                     break
-        rounds.close()
-    if spent_file.is_file():  # every way out of the loop above passes a checkpoint first
+        if rounds is not None:
+            rounds.close()
+    if spent_file.is_file():  # every way out of the rounds passes a checkpoint first
         spent = float(json.loads(spent_file.read_text())["seconds"])
     if ended_before is not None:
         summary = ended_before
@@ -185,7 +191,40 @@ def resume_run(
     # when the folder was brought home from a GPU and is read back here)
     if record is not None and (engine.finished or diverged is not None) and not record.is_file():
         write_record(record, run_dir, cfg, spent)
+    if term.asked:
+        raise SystemExit(TERMINATED)
     return engine, summary, spent
+
+
+#: the exit status of a run stopped by SIGTERM (128 + 15, as the shell reports a killed one)
+TERMINATED = 143
+
+
+class _Term:
+    asked = False
+
+
+@contextlib.contextmanager
+def stopping_on_sigterm() -> Iterator[_Term]:
+    """While inside, a SIGTERM only sets ``asked`` on the yielded flag (the run loop then ends
+    at the round under way, checkpointed); the handler before is restored on the way out, and
+    in a thread other than the main one (where Python allows no handler) nothing changes."""
+    import signal
+
+    term = _Term()
+
+    def ask(signum: int, frame: Any) -> None:
+        term.asked = True
+
+    try:
+        before = signal.signal(signal.SIGTERM, ask)
+    except ValueError:  # not the main thread
+        yield term
+        return
+    try:
+        yield term
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def run_ended(engine: Any, summary: dict[str, Any]) -> bool:

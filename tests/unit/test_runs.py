@@ -192,3 +192,44 @@ def test_a_run_that_stopped_under_its_rule_stays_ended_under_a_new_one(
     assert (run_dir / "summary.json").read_text() == saved
     assert summary_again == json.loads(saved)
     assert summary_again["best_round"] == summary["best_round"]
+
+
+def test_a_sigterm_stops_a_run_cleanly_at_the_round_under_way(
+    tiny_config: dict, tmp_path: Path
+) -> None:
+    """A run killed with SIGTERM (how a queue stops it) checkpoints the round under way, writes
+    its summary and exits 143; resumed, it goes on from there with no round lost or repeated."""
+    import os
+    import signal
+
+    cfg = tiny_config | {"rounds": 400, "eval_every": 1000}
+    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
+    run_dir = tmp_path / "run"
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+    code = (
+        f"import json, sys, time; from pathlib import Path; sys.path.insert(0, {str(bench)!r})\n"
+        "from _runs import resume_run\n"
+        "from flcore.config import ExperimentConfig\n"
+        f"raw = json.loads(Path({str(tmp_path / 'cfg.json')!r}).read_text())\n"
+        f"resume_run(ExperimentConfig.model_validate(raw), Path({str(run_dir)!r}), "
+        "checkpoint_every=1000, deadline=time.time() + 600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=bench.parent)
+    log = run_dir / "metrics.jsonl"
+    while proc.poll() is None and (not log.is_file() or len(log.read_text().splitlines()) < 3):
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=120) == 143
+    done = len(log.read_text().splitlines())
+    assert 3 <= done < 400  # stopped on the way, not at a checkpoint_every multiple
+    assert (run_dir / "checkpoint.pt").is_file() and (run_dir / "summary.json").is_file()
+    from flcore.config import ExperimentConfig
+
+    engine, _, _ = resume_run(
+        ExperimentConfig.model_validate(cfg | {"rounds": done + 2}),
+        run_dir,
+        checkpoint_every=1000,
+        deadline=time.time() + 600,
+    )
+    rows = [json.loads(line)["round"] for line in log.read_text().splitlines()]
+    assert engine.round == done + 2 and rows == list(range(1, done + 3))
