@@ -9,10 +9,11 @@ attacker knows) and at the last step (for LoDMeta, usually a later visit: m and 
 the attack optimises). Each attacked upload is the client's step replayed on one of its records
 (support and query alike: ``MetaAlgorithm.replay_data``), attacked with labels given.
 
-``--methods fedmaml`` attacks server-based MAML the same way, the attacker being its server,
-which sees each drawn client's meta-gradient itself: every client drawn in the attacked round
-(4 by default; ``--set algorithm_params.clients_per_round=1 --label 1client`` is the paper's
-"MAML (1 client)", one a round).
+``--methods fedmaml fedalt`` attack the server-based baselines the same way, the attacker being
+the server: it sees each drawn client's meta-gradient (FedMAML) or new shared part (FedAlt,
+whose head is an unknown after the client's first round), for every client drawn in the
+attacked round (4 by default; ``--set algorithm_params.clients_per_round=1 --label 1client``,
+one a round: the paper's "MAML (1 client)").
 
 A caveat measured in session 35 (BENCHMARKS.md): five inner steps fit one record, so a
 one-record replay's meta-gradient is small (norm ~1e-3 second order, ~1e-4 first order, against
@@ -112,7 +113,7 @@ def main() -> None:
         "--methods",
         nargs="+",
         default=["lodmeta", "lodmeta_basic", "lodmeta_sgd"],
-        choices=["lodmeta", "lodmeta_basic", "lodmeta_sgd", "fedmaml"],
+        choices=["lodmeta", "lodmeta_basic", "lodmeta_sgd", "fedmaml", "fedalt"],
     )
     ap.add_argument("--at", nargs="+", default=["first", "last"], choices=["first", "last"])
     ap.add_argument("--steps", type=int, default=300)

@@ -728,14 +728,14 @@ def _check_attack(cfg: ExperimentConfig, a: AttackConfig, key: str = "attack") -
             alg.attack_refusal
             or f"no gradient-inversion surface simulates {cfg.algorithm}'s upload yet: it cannot "
             "be attacked (of the meta-learners, the random walk's lodmeta, lodmeta_basic and "
-            "lodmeta_sgd can, and fedmaml)",
+            "lodmeta_sgd can, and fedmaml and fedalt)",
         )
     if a.known == "rest" and (key != "attack" or not alg.attack_knows_rest):
         raise ConfigError(
             f"{key}.known",
             f"{cfg.algorithm}'s attack surface cannot take the client's other records (only "
-            "a step that is one full-batch gradient of the client's set can: lodmeta, "
-            "lodmeta_basic, lodmeta_sgd, fedmaml); use known: none",
+            "an update made of full-batch steps on the client's whole set can: lodmeta, "
+            "lodmeta_basic, lodmeta_sgd, fedmaml, fedalt); use known: none",
         )
     if _static_bn_model(cfg):
         raise ConfigError(

@@ -33,7 +33,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad
 
-__all__ = ["GradientSurface", "ModelSurface", "HyperSurface", "MetaStepSurface"]
+__all__ = [
+    "AlternatingSurface",
+    "GradientSurface",
+    "HyperSurface",
+    "MetaStepSurface",
+    "ModelSurface",
+]
 
 TensorDict = dict[str, torch.Tensor]
 Batch = tuple[torch.Tensor, torch.Tensor]  # normalised images and their labels
@@ -506,4 +512,88 @@ class MetaStepSurface(GradientSurface):
                 out[f"w.{n}"] = (m_new - self.theta * m_old) / (1 - self.theta)
             else:
                 out[f"w.{n}"] = (s - upload[f"w.{n}"].to(s.device, s.dtype)) / self.eta
+        return out
+
+
+class AlternatingSurface(GradientSurface):
+    """FedAlt's client (flcore.algorithms.meta.fedalt): from the broadcast shared part ``u``
+    and its own personal head ``v``, ``steps`` full-batch SGD steps on ``v`` (``u`` fixed),
+    then as many on ``u`` (the new ``v`` fixed); it uploads the new ``u`` to the server, the
+    attacker. The head is private: it is the ``unknowns`` (``v.<name>``), at its public initial
+    value, which is exact on the client's first round and optimised with the images after it.
+
+    :meth:`gradient` simulates the whole local update, differentiably in the records (through
+    all ``2 steps`` steps: the network's second derivative, with batch statistics written out
+    as :func:`batch_stats_norm_` does), and returns the total move over the step size,
+    ``(u - u') / lr``, which :meth:`pseudo_gradient` reads off the upload exactly. The data of
+    the update are the candidate records, twice (the leakage evaluation's one-record replay is
+    the task's support and its query set alike, and FedAlt trains on both), or, for an
+    attacker who knows the rest (:meth:`knowing`), the client's other support records, the
+    candidates and its query set: full-batch means and batch statistics do not depend on order.
+
+    Args:
+        model: the public network (its batch norm layers are replaced in place).
+        start: ``u`` as broadcast, keyed as uploaded (``u.<name>``).
+        head: the personal head's public initial value, keyed by parameter name.
+        steps, lr: the local steps on each part and their step size.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        start: Mapping[str, torch.Tensor],
+        *,
+        head: Mapping[str, torch.Tensor],
+        steps: int,
+        lr: float,
+    ) -> None:
+        if any(not k.startswith("u.") for k in start):
+            raise ValueError("FedAlt uploads its shared part, named u.<name>")
+        super().__init__(start, {f"v.{k}": v for k, v in head.items()})
+        self.model = batch_stats_norm_(model)
+        self.names = [k.removeprefix("u.") for k in start]
+        self.steps, self.lr = steps, lr
+
+    def knowing(self, support: Batch, query: Batch | None = None) -> AlternatingSurface:
+        """See :meth:`GradientSurface.knowing` (the query set is required: FedAlt trains on
+        it too)."""
+        if query is None:
+            raise ValueError("FedAlt trains on the query set too: the attacker needs it")
+        device = self.start[f"u.{self.names[0]}"].device
+        out = copy.copy(self)
+        out.known = (
+            (support[0].to(device), support[1].to(device)),
+            (query[0].to(device), query[1].to(device)),
+        )
+        return out
+
+    def gradient(self, unknowns: TensorDict, x: torch.Tensor, y: torch.Tensor) -> TensorDict:
+        if self.known is not None:
+            (kx, ky), (qx, qy) = self.known
+            data, labels = torch.cat([kx, x, qx]), torch.cat([ky, y, qy])
+        else:
+            data, labels = torch.cat([x, x]), torch.cat([y, y])
+        u0 = {n: self.start[f"u.{n}"] for n in self.names}
+        head = {k.removeprefix("v."): v for k, v in unknowns.items()}
+
+        def loss(shared: TensorDict, personal: TensorDict) -> torch.Tensor:
+            return _ce(functional_call(self.model, shared | personal, (data,)), labels)
+
+        for _ in range(self.steps):
+            g = grad(lambda h: loss(u0, h))(head)
+            head = {k: head[k] - self.lr * g[k] for k in head}
+        u = u0
+        for _ in range(self.steps):
+            g = grad(lambda s: loss(s, head))(u)
+            u = {k: u[k] - self.lr * g[k] for k in u}
+        return {f"u.{n}": (u0[n] - u[n]) / self.lr for n in self.names}
+
+    def pseudo_gradient(
+        self, upload: Mapping[str, torch.Tensor], training: object, steps: int
+    ) -> TensorDict:
+        """``(u - u') / lr`` (exact: the simulation's own quantity)."""
+        out = {}
+        for n in self.names:
+            s = self.start[f"u.{n}"]
+            out[f"u.{n}"] = (s - upload[f"u.{n}"].to(s.device, s.dtype)) / self.lr
         return out

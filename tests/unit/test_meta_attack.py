@@ -1,6 +1,7 @@
-"""LoDMeta's walk family and FedMAML can be attacked: the surface simulates exactly what a
-client's step releases (float64, real FMNIST few-shot tasks), for each rule, clipped or not,
-first order or second, and its unknowns are the client's private (m, v)."""
+"""LoDMeta's walk family, FedMAML and FedAlt can be attacked: the surface simulates exactly what
+a client's step releases (float64, real FMNIST few-shot tasks), for each rule, clipped or not,
+first order or second, and its unknowns are the client's private state ((m, v); FedAlt's
+head)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def _setup(data_root: Any, algorithm: str, **extra: Any):  # type: ignore[no-unt
         "attack": {"name": "ig", "rounds": [3], "clients": [0], "images": 2, "iterations": 1},
         **extra,
     }
-    if algorithm != "fedmaml":  # the server's MAML has no graph
+    if algorithm not in ("fedmaml", "fedalt"):  # a server's algorithm has no graph
         raw["graph"] = {"name": "regular", "degree": 2}
     cfg = validate_config(raw)
     engine = build_engine(cfg, data=build_data(cfg))
@@ -72,6 +73,7 @@ CASES = {
     "lodmeta_sgd": {},
     "fedmaml": {},
     "fedmaml-first-order": {"algorithm_params": {"inner_steps": 2, "first_order": True}},
+    "fedalt": {"algorithm_params": {"local_steps": 2}},
     "lodmeta-first-order": {"algorithm_params": {"inner_steps": 2, "first_order": True}},
     # clipped at a bound the meta-gradient exceeds; noise 0 (the attacker never simulates it)
     "lodmeta_sgd-clipped": {
@@ -121,6 +123,41 @@ def test_lodmeta_hides_its_moments_after_the_first_visit(data_root, float64: Non
     _close(s.gradient(true, x, y), target)
     # the unknowns start at 0, never at the client's values
     assert all(float(v.abs().max()) == 0 for v in s.unknowns.values())
+
+
+def test_fedalt_hides_its_head_after_its_first_round(data_root, float64: None) -> None:  # noqa: F811
+    """FedAlt's head is the client's own after its first round: the surface at the head's
+    public initial value no longer matches the upload, given the true head it does; and the
+    simulated update is differentiable in the records through all its steps (central
+    differences, at the record plus a little noise: see the test below)."""
+    engine, evaluator = _setup(data_root, "fedalt", algorithm_params={"local_steps": 2})
+    alg = engine.algorithm
+    gen = torch.Generator().manual_seed(1)
+    head = {
+        k: v + 0.05 * torch.randn(v.shape, generator=gen, dtype=v.dtype)
+        for k, v in alg._split()[1].items()
+    }
+    _, obs, records = _observe(engine, evaluator, state=head)
+    x = normalize(records[0].images, engine.data.info)[:1]
+    y = records[0].labels[:1]
+    s, target = obs[0].surface, obs[0].target()
+    at_init = s.gradient(s.unknowns, x, y)
+    assert max(float((at_init[k] - target[k]).abs().max()) for k in target) > 1e-4
+    _close(s.gradient({f"v.{k}": v for k, v in head.items()}, x, y), target)
+    assert all(torch.equal(s.unknowns[f"v.{k}"], v) for k, v in alg._split()[1].items())
+    x = x + 0.05 * torch.randn(x.shape, generator=gen)
+    probe = {k: torch.randn(v.shape, generator=gen) for k, v in target.items()}
+    direction = torch.randn(x.shape, generator=gen)
+
+    def f(images: torch.Tensor) -> torch.Tensor:
+        g = s.gradient(s.unknowns, images, y)
+        return sum((g[k] * probe[k]).sum() for k in g)
+
+    leaf = x.clone().requires_grad_(True)
+    (dx,) = torch.autograd.grad(f(leaf), leaf)
+    h = 1e-7
+    numeric = float((f(x + h * direction) - f(x - h * direction)) / (2 * h))
+    assert float((dx * direction).sum()) == pytest.approx(numeric, rel=1e-6)
 
 
 def test_basic_and_sgd_release_the_gradient_itself(data_root, float64: None) -> None:  # noqa: F811
@@ -183,7 +220,9 @@ def test_the_release_is_differentiated_in_the_records_through_the_inner_loop(
     assert analytic == pytest.approx(numeric, rel=1e-6)
 
 
-@pytest.mark.parametrize("algorithm", ["lodmeta", "lodmeta_basic", "lodmeta_sgd", "fedmaml"])
+@pytest.mark.parametrize(
+    "algorithm", ["lodmeta", "lodmeta_basic", "lodmeta_sgd", "fedmaml", "fedalt"]
+)
 def test_an_attacker_who_knows_the_rest_simulates_the_clients_real_step(
     data_root,
     float64: None,  # noqa: F811

@@ -77,9 +77,8 @@ class MetaAlgorithm(Algorithm):
     #: whether the algorithm has a model for an unseen client (L2C has none: LoDMeta Sec. 5
     #: "can only produce models for the training clients"); without, no unseen_accuracy
     serves_unseen = True
-    #: The random walk's family and FedMAML have a surface (flcore.attacks.surface.
-    #: MetaStepSurface); FedAlt (personal and shared parts, several local steps) and the gossip
-    #: L2C do not yet.
+    #: The random walk's family, FedMAML and FedAlt have a surface (flcore.attacks.surface.
+    #: MetaStepSurface, AlternatingSurface); the gossip L2C does not yet.
     attackable = False
 
     # ------------------------------------------------------------------ the network

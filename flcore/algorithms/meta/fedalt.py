@@ -15,6 +15,10 @@ Choices, stated (the paper's experiments are not few-shot):
 - Sampling and communication as FedMAML's (n clients a round, 2n units, Table 1).
 - ``lr`` (the walks' and MAML's meta step eta) and ``inner_steps`` have no role here (the local
   steps are ``local_steps`` at ``inner_lr``); ``first_order: true`` is refused.
+
+Attacks: the server sees the new u; its surface (flcore.attacks.surface.AlternatingSurface)
+simulates the whole local update of candidate records, the client's head an unknown at its
+public initial value (exact on the client's first round), with ``attack.known: rest`` too.
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ class FedAlt(ServerMeta):
     name = "fedalt"
     Params = FedAltParams
     client_metrics = ()
+    attackable = True
+    attack_knows_rest = True  # full-batch steps on the client's whole set: order-free
 
     def _split(self) -> tuple[Params, Params]:
         init = self.initial_params()
@@ -92,6 +98,22 @@ class FedAlt(ServerMeta):
     def client_start(self, client_id: int, state: Any) -> Params:
         head = self.take(state) if state is not None else self._split()[1]
         return self.u | head
+
+    def attack_surface(self, broadcast: dict[str, torch.Tensor], client_id: int) -> Any:
+        """The client's local update as the server can simulate it (module docstring)."""
+        from flcore.algorithms.base import seeded
+        from flcore.attacks.surface import AlternatingSurface
+
+        p = self.params
+        assert isinstance(p, FedAltParams)
+        model = seeded((self.seed, 0x3E7A), self.model_spec).to(self.device)
+        return AlternatingSurface(
+            model,
+            {k: v.to(self.device) for k, v in broadcast.items() if k.startswith("u.")},
+            head=self._split()[1],
+            steps=p.local_steps,
+            lr=p.inner_lr,
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {"u": self.cpu(self.u)}
