@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -347,6 +347,23 @@ def batch_stats_norm_(model: nn.Module) -> nn.Module:
     return model
 
 
+def _knowing_task(
+    surface: GradientSurface, support: Batch, query: Batch | None, needs_query: str
+) -> Any:
+    """A copy of a few-shot client's ``surface`` whose attacker knows the client's other support
+    records and its query set (``known``), on the surface's device; ``needs_query`` is the
+    error when the query set is missing."""
+    if query is None:
+        raise ValueError(needs_query)
+    device = next(iter(surface.start.values())).device
+    out = copy.copy(surface)
+    out.known = (
+        (support[0].to(device), support[1].to(device)),
+        (query[0].to(device), query[1].to(device)),
+    )
+    return out
+
+
 class MetaStepSurface(GradientSurface):
     """LoDMeta's walk (and its baselines): what client i sends is one step of the walking
     meta-model ``w``, made from the MAML meta-gradient of its task (flcore.algorithms.meta);
@@ -435,15 +452,9 @@ class MetaStepSurface(GradientSurface):
         """See :meth:`GradientSurface.knowing`: a meta step's support loss and query loss are
         means over their sets, and batch statistics do not depend on order, so the candidates
         may sit at the end of the support set. The query set is required."""
-        if query is None:
-            raise ValueError("a meta step's attacker who knows the rest knows its query set too")
-        device = self.start[f"{self.key}{self.names[0]}"].device
-        out = copy.copy(self)
-        out.known = (
-            (support[0].to(device), support[1].to(device)),
-            (query[0].to(device), query[1].to(device)),
+        return _knowing_task(
+            self, support, query, "a meta step's attacker who knows the rest knows its query set"
         )
-        return out
 
     def meta_gradient(self, x: torch.Tensor, y: torch.Tensor) -> TensorDict:
         """The MAML meta-gradient at ``w`` of the task whose support and query sets are both
@@ -557,15 +568,9 @@ class AlternatingSurface(GradientSurface):
     def knowing(self, support: Batch, query: Batch | None = None) -> AlternatingSurface:
         """See :meth:`GradientSurface.knowing` (the query set is required: FedAlt trains on
         it too)."""
-        if query is None:
-            raise ValueError("FedAlt trains on the query set too: the attacker needs it")
-        device = self.start[f"u.{self.names[0]}"].device
-        out = copy.copy(self)
-        out.known = (
-            (support[0].to(device), support[1].to(device)),
-            (query[0].to(device), query[1].to(device)),
+        return _knowing_task(
+            self, support, query, "FedAlt trains on the query set too: the attacker needs it"
         )
-        return out
 
     def gradient(self, unknowns: TensorDict, x: torch.Tensor, y: torch.Tensor) -> TensorDict:
         if self.known is not None:
