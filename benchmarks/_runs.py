@@ -27,6 +27,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,7 +112,8 @@ def resume_run(
     ``spent.json`` the wall seconds spent over every invocation; ``summary.json`` the engine's
     summary. A run stops cleanly at the first checkpoint after ``deadline`` (a ``time.time()``).
     A SIGTERM stops it cleanly too (:func:`stopping_on_sigterm`): the round under way ends, is
-    checkpointed, the summary written, and the process exits with status 143.
+    checkpointed, the summary written, and the process exits with status 143. Progress goes to
+    stderr, a line a minute at most and one when the rounds stop (:func:`progress_line`).
     With early stopping, :data:`BEST` holds the state after each new best window's last round.
 
     A round whose training loss is NaN or infinite ends the run as the sweeps' trainable does
@@ -157,9 +159,12 @@ def resume_run(
     marker = run_dir / "diverged.json"
     diverged = json.loads(marker.read_text())["round"] if marker.is_file() else None
     go = diverged is None and not engine.finished and engine.round < until
+    shown, latest = time.monotonic(), None
     with stopping_on_sigterm() as term:
         rounds = engine.iter_rounds() if go and time.time() < deadline and not term.asked else None
         for result in rounds or ():
+            if result.metrics.get("accuracy") is not None:
+                latest = result.metrics["accuracy"]
             with log.open("a") as f:
                 row = {"round": result.round, **result.metrics}
                 f.write(json.dumps({k: jsonable(v) for k, v in row.items()}) + "\n")
@@ -170,12 +175,19 @@ def resume_run(
             if engine.early_stopping_metric is not None and engine.best_round == result.round:
                 engine.save_checkpoint(run_dir / BEST)  # a new best window ends here
             stop = engine.finished or result.round == until_round or diverged is not None
-            if result.round % checkpoint_every == 0 or stop or term.asked:
+            last = stop or term.asked
+            if result.round % checkpoint_every == 0 or last:
                 engine.save_checkpoint(ckpt)
                 total = spent + time.perf_counter() - start
                 spent_file.write_text(json.dumps({"seconds": total}))
-                if stop or time.time() > deadline or term.asked:
-                    break
+                last = last or time.time() > deadline
+            if last or time.monotonic() - shown >= PROGRESS_SECONDS:
+                shown = time.monotonic()
+                elapsed = spent + time.perf_counter() - start
+                line = progress_line(run_dir.name, result.round, until, latest, elapsed)
+                print(line, file=sys.stderr, flush=True)
+            if last:
+                break
         if rounds is not None:
             rounds.close()
     if spent_file.is_file():  # every way out of the rounds passes a checkpoint first
@@ -198,6 +210,14 @@ def resume_run(
 
 #: the exit status of a run stopped by SIGTERM (128 + 15, as the shell reports a killed one)
 TERMINATED = 143
+#: a running run's progress line comes at most this often (and when its rounds stop)
+PROGRESS_SECONDS = 60.0
+
+
+def progress_line(name: str, round: int, rounds: int, accuracy: Any, seconds: float) -> str:
+    """``[name] round R/N, accuracy A (last evaluated), S s spent``: a run's progress on stderr."""
+    acc = "" if accuracy is None else f", accuracy {100 * float(accuracy):.2f} (last evaluated)"
+    return f"[{name}] round {round}/{rounds}{acc}, {seconds:,.0f} s spent"
 
 
 class _Term:

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from _runs import resume_run, run_ended  # noqa: E402
@@ -233,3 +235,20 @@ def test_a_sigterm_stops_a_run_cleanly_at_the_round_under_way(
     )
     rows = [json.loads(line)["round"] for line in log.read_text().splitlines()]
     assert engine.round == done + 2 and rows == list(range(1, done + 3))
+
+
+def test_a_run_reports_its_progress_on_stderr(
+    tiny_config: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flcore.config import ExperimentConfig
+
+    cfg = ExperimentConfig.model_validate(tiny_config)  # 2 rounds, evaluated every round
+    resume_run(cfg, tmp_path / "run", checkpoint_every=10, deadline=time.time() + 600)
+    lines = capsys.readouterr().err.splitlines()
+    # a line a minute at most, and one when the rounds stop: here only that one
+    assert len([x for x in lines if x.startswith("[run] ")]) == 1
+    last = next(x for x in lines if x.startswith("[run] "))
+    assert last.startswith("[run] round 2/2, accuracy ") and last.endswith(" s spent")
+    # nothing left to run: no line
+    resume_run(cfg, tmp_path / "run", checkpoint_every=10, deadline=time.time() + 600)
+    assert not [x for x in capsys.readouterr().err.splitlines() if x.startswith("[run] ")]
