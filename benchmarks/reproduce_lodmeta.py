@@ -430,6 +430,32 @@ def ladder_part(runs: list[dict[str, Any]], floor: float | None) -> tuple[str, s
     return "inconclusive", shown
 
 
+def grid_trend(runs: list[dict[str, Any]]) -> tuple[float, float, int] | None:
+    """Spearman's rank correlation between the ``--grid`` cells' noise multiplier z and their
+    training-client accuracy (``regular-5shot`` LoDMeta, seed 0, ended runs): ``(rho, p, n)``,
+    None under three cells. The cells share the seed, so the same walk and the same Gaussian
+    draws, scaled by each cell's z: the correlation reads how seed 0's walk degrades with z,
+    not how seeds vary."""
+    from scipy.stats import spearmanr
+
+    cells = {f"eps{e:g}-d{d:g}" for e in GRID_EPS for d in GRID_DELTA}
+    points = [
+        (float(r["summary"]["noise_multiplier"]), float(r["summary"]["accuracy"]))
+        for r in runs
+        if r["setting"] == "regular-5shot"
+        and r["method"] == "lodmeta"
+        and r["seed"] == 0
+        and r["label"] in cells
+        and full_length(r)
+        and r["summary"].get("noise_multiplier") is not None
+        and r["summary"].get("accuracy") is not None
+    ]
+    if len(points) < 3:
+        return None
+    rho, p = spearmanr([z for z, _ in points], [a for _, a in points])
+    return float(rho), float(p), len(points)
+
+
 def claims(runs: list[dict[str, Any]], references: References | None = None) -> list[str]:
     """The paper's claims (issue 26 section 5) on the unlabelled runs of ``regular-5shot``
     that have done their :data:`STEPS` steps; claim 2 also reads the other method's runs still
@@ -538,6 +564,13 @@ def claims(runs: list[dict[str, Any]], references: References | None = None) -> 
         shown += (
             f"; {above}/{len(have)} cells above the untrained network adapted ({ref[0]:.2f})"
             + (": no cell meta-learns, so there is no accuracy to fall" if not above else "")
+        )
+    trend = grid_trend(runs)
+    if trend is not None:
+        rho, p, n = trend
+        shown += (
+            f"; accuracy against the cell's noise multiplier z: Spearman rho {rho:+.2f} over {n} "
+            f"cells (p {p:.2g}; one seed, whose noise draws every cell shares, scaled by z)"
         )
     four = [("inconclusive" if pairs or have else "not measured", shown)]
     ladder = ladder_part(every, ref[0] if ref else None)

@@ -479,3 +479,25 @@ def test_the_grid_is_shown_in_the_papers_layout_and_nothing_is_filled_in(tmp_pat
     assert "| 0.5 | - | - | - | 55.09 / 65.16 |" in accuracy
     assert "| 0.8 | inf / 9.11 / 7.51 | - | - | - |" in epsilon
     assert "| 0.5 | - | - | - | 3.15 / 3.15 / 6.74 |" in epsilon
+
+
+def test_claim_4_reads_the_grids_rank_correlation_with_the_noise(tmp_path: Path) -> None:
+    mod = _mod()
+
+    def cell(name: str, z: float, accuracy: float, steps: int = 2000) -> None:
+        _write_run(tmp_path, name, [(steps, accuracy, 0.6)], steps=steps)
+        file = tmp_path / name / "summary.json"
+        file.write_text(json.dumps(json.loads(file.read_text()) | {"noise_multiplier": z}))
+
+    cell("regular-5shot-lodmeta-eps0.8-d0.4-s0", 1.9, 0.5601)
+    cell("regular-5shot-lodmeta-eps0.5-d0.4-s0", 3.0, 0.5513)
+    assert mod["grid_trend"](mod["read_runs"](tmp_path)) is None  # two cells: no correlation
+    cell("regular-5shot-lodmeta-eps0.5-d1e-05-s0", 9.7, 0.5509)
+    # neither a cell under way, another seed's, nor a ladder rung counts
+    cell("regular-5shot-lodmeta-eps0.5-d0.1-s0", 4.5, 0.70, steps=1000)
+    cell("regular-5shot-lodmeta-eps0.6-d0.1-s1", 3.8, 0.70)
+    cell("regular-5shot-lodmeta-z0.1-d1e-05-r500-s0", 0.1, 0.40, steps=500)
+    rho, p, n = mod["grid_trend"](mod["read_runs"](tmp_path))
+    assert (rho, n) == (-1.0, 3) and 0 <= p <= 1
+    claim = mod["claims"](mod["read_runs"](tmp_path))[3]
+    assert "Spearman rho -1.00 over 3 cells" in claim and ": inconclusive [" in claim
