@@ -283,6 +283,27 @@ def summary_table(runs: list[dict[str, Any]], references: References | None = No
     return "\n".join(lines)
 
 
+def grid_label(epsilon: float, delta: float) -> str:
+    """The label of the ``--grid`` cell at per-release ``epsilon`` and ``delta``."""
+    return f"eps{epsilon:g}-d{delta:g}"
+
+
+def grid_cells(runs: list[dict[str, Any]]) -> dict[tuple[float, float], dict[str, Any]]:
+    """The ``--grid`` runs (ended or under way) of ``regular-5shot`` LoDMeta, seed 0, by
+    (epsilon, delta)."""
+    found = {
+        r["label"]: r
+        for r in runs
+        if r["setting"] == "regular-5shot" and r["method"] == "lodmeta" and r["seed"] == 0
+    }
+    return {
+        (e, d): found[grid_label(e, d)]
+        for e in GRID_EPS
+        for d in GRID_DELTA
+        if grid_label(e, d) in found
+    }
+
+
 def grid_tables(runs: list[dict[str, Any]]) -> str:
     """Markdown in the layout of the paper's Tables 2-3 (rows: per-release epsilon, largest
     first; columns: delta, largest first): the ``--grid`` cells of ``regular-5shot`` LoDMeta,
@@ -290,16 +311,12 @@ def grid_tables(runs: list[dict[str, Any]]) -> str:
     the fronts place the run: inf for a weak-delta cell), ``epsilon_accountant`` (the accountant's
     over the walk's visits) and ``epsilon_paper`` (Theorem 4.5). A cell under way shows its step
     ("at step N"), a cell never run "-": nothing is filled in."""
-    found = {
-        r["label"]: r
-        for r in runs
-        if r["setting"] == "regular-5shot" and r["method"] == "lodmeta" and r["seed"] == 0
-    }
+    found = grid_cells(runs)
     head = "| epsilon \\ delta | " + " | ".join(f"{d:g}" for d in GRID_DELTA) + " |"
     rule = "|---|" + "---|" * len(GRID_DELTA)
 
     def cell(e: float, d: float, show: Any) -> str:
-        run = found.get(f"eps{e:g}-d{d:g}")
+        run = found.get((e, d))
         if run is None:
             return "-"
         if not full_length(run):
@@ -438,15 +455,10 @@ def grid_trend(runs: list[dict[str, Any]]) -> tuple[float, float, int] | None:
     not how seeds vary."""
     from scipy.stats import spearmanr
 
-    cells = {f"eps{e:g}-d{d:g}" for e in GRID_EPS for d in GRID_DELTA}
     points = [
         (float(r["summary"]["noise_multiplier"]), float(r["summary"]["accuracy"]))
-        for r in runs
-        if r["setting"] == "regular-5shot"
-        and r["method"] == "lodmeta"
-        and r["seed"] == 0
-        and r["label"] in cells
-        and full_length(r)
+        for r in grid_cells(runs).values()
+        if full_length(r)
         and r["summary"].get("noise_multiplier") is not None
         and r["summary"].get("accuracy") is not None
     ]
@@ -537,7 +549,7 @@ def claims(runs: list[dict[str, Any]], references: References | None = None) -> 
     three = [compare(v("lodmeta", "accuracy"), v("lodmeta", "unseen_accuracy"), ">")]
     # 4: the grid's trend (one seed: a monotone count, not a test)
     grid = {
-        (e, d): v("lodmeta", "accuracy", label=f"eps{e:g}-d{d:g}")
+        (e, d): v("lodmeta", "accuracy", label=grid_label(e, d))
         for e in GRID_EPS
         for d in GRID_DELTA
     }
@@ -747,7 +759,7 @@ def main(argv: list[str] | None = None) -> None:
     # own label after the cell's
     tail = f"-{args.label}" if args.label else ""
     cells = [
-        (f"eps{e:g}-d{d:g}{tail}", [f"privacy.release_epsilon={e}", f"privacy.delta={d}"])
+        (grid_label(e, d) + tail, [f"privacy.release_epsilon={e}", f"privacy.delta={d}"])
         for e, d in (grid if args.grid else [])
     ] + [
         (
