@@ -501,3 +501,35 @@ def test_claim_4_reads_the_grids_rank_correlation_with_the_noise(tmp_path: Path)
     assert (rho, n) == (-1.0, 3) and 0 <= p <= 1
     claim = mod["claims"](mod["read_runs"](tmp_path))[3]
     assert "Spearman rho -1.00 over 3 cells" in claim and ": inconclusive [" in claim
+
+
+def test_claim_6_compares_the_walk_with_the_server_methods(tmp_path: Path) -> None:
+    """The paper's reading of its Figures 1-4: LoDMeta and LoDMeta(basic) end level with MAML
+    and FedAlt (within 1 point) on the training clients and level or above on the unseen ones;
+    each pair named, decided only on three seeds."""
+    mod = _mod()
+    finals = {  # (training, unseen) at the last evaluation, seeds 0-2 alike
+        "lodmeta": (0.90, 0.60),
+        "lodmeta_basic": (0.91, 0.70),
+        "fedmaml": (0.905, 0.65),
+        "fedalt": (0.85, 0.50),
+    }
+    for method, (acc, unseen) in finals.items():
+        for seed in range(3):
+            bump = 0.001 * seed  # a spread, so that >= has a standard error
+            _write_run(
+                tmp_path, f"regular-5shot-{method}-s{seed}", [(8, acc + bump, unseen + bump)]
+            )
+    six = mod["claims"](mod["read_runs"](tmp_path))[-1]
+    assert six.startswith("6. Figures 1-4: ")
+    assert "lodmeta - fedmaml, training -0.50 (3/3 seeds), supported" in six
+    assert "lodmeta_basic - fedalt, training +6.00 (3/3 seeds), NOT supported" in six
+    assert "lodmeta - fedmaml, unseen -5.00 (3/3 seeds), NOT supported" in six
+    assert "lodmeta_basic - fedmaml, unseen +5.00 (3/3 seeds), supported" in six
+    assert ": NOT supported [" in six
+    # one seed of the server methods: every pair inconclusive, none decided
+    for method in ("fedmaml", "fedalt"):
+        for seed in (1, 2):
+            shutil.rmtree(tmp_path / f"regular-5shot-{method}-s{seed}")
+    six = mod["claims"](mod["read_runs"](tmp_path))[-1]
+    assert ": inconclusive [" in six and "supported" not in six.split("[", 1)[1]
