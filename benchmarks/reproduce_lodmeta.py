@@ -15,10 +15,12 @@ Each run lives in ``OUT/<setting>-<method>[-<label>]-s<seed>/`` (default OUT:
 run also leaves its record under ``--records`` (default ``benchmarks/records/lodmeta/``, committed),
 which ``--summary`` reads beside OUT's folders.
 ``--grid`` runs Tables 2-3's grid for ``lodmeta``: the per-release epsilon in {0.5, 0.6, 0.7, 0.8}
-x delta in {0.4, 0.1, 0.02, 1e-5}, labelled ``eps<e>-d<delta>``, with the clip M of ``--clip``;
+x delta in {0.4, 0.1, 0.02, 1e-5}, labelled ``eps<e>-d<delta>``, at the default clip M
+(``flcore.config.PERTURBATION_CLIP``, from measured norms) or ``--clip`` (another M adds
+``-M<M>`` to the labels);
 ``--eps`` and ``--delta`` keep only some rows and columns (``--eps 0.5 0.8 --delta 1e-5``: the two
 delta-1e-5 corners); ``--set``, with its ``--label``, applies to every cell. ``--ladder Z ...``
-runs LoDMeta at noise multipliers z below the grid's (delta 1e-5, ``--clip``), labelled
+runs LoDMeta at noise multipliers z below the grid's (delta 1e-5, the same M), labelled
 ``z<z>-d1e-05`` (``-r<steps>`` with ``--rounds``): where the grid sits at the untrained network's
 level, claim 4's trend is looked for there. ``--reference`` measures (and runs nothing else), per
 setting, the accuracy of the untrained initialisation adapted the same way (what K SGD steps on the
@@ -40,7 +42,7 @@ Adam variants level with MAML and FedAlt), and writes
 
     .venv/bin/python benchmarks/reproduce_lodmeta.py --seeds 0 1 2 \
         --methods lodmeta lodmeta_basic lodmeta_sgd
-    .venv/bin/python benchmarks/reproduce_lodmeta.py --grid --seeds 0 --clip 1.0
+    .venv/bin/python benchmarks/reproduce_lodmeta.py --grid --seeds 0
     .venv/bin/python benchmarks/reproduce_lodmeta.py --summary
 """
 
@@ -72,6 +74,8 @@ from _runs import (  # noqa: E402
     scan_runs,
     seed_cell,
 )
+
+from flcore.config import PERTURBATION_CLIP  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "sweeps" / "configs" / "lodmeta"
@@ -694,7 +698,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--settings", nargs="+", default=["regular-5shot"], choices=list(SETTINGS))
     ap.add_argument("--grid", action="store_true", help="Tables 2-3's epsilon x delta grid")
-    ap.add_argument("--clip", type=float, default=None, help="the grid's clip M")
+    ap.add_argument(
+        "--clip",
+        type=float,
+        default=None,
+        help=f"the grid's and the ladder's clip M (default {PERTURBATION_CLIP}, the configs'; "
+        "another M labels the runs M<M>)",
+    )
     ap.add_argument(
         "--eps",
         nargs="+",
@@ -715,7 +725,7 @@ def main(argv: list[str] | None = None) -> None:
         type=float,
         metavar="Z",
         default=[],
-        help=f"LoDMeta at these noise multipliers z (delta {LADDER_DELTA:g}, the clip of --clip), "
+        help=f"LoDMeta at these noise multipliers z (delta {LADDER_DELTA:g}, the grid's M), "
         "labelled z<z>-d<delta>[-r<--rounds>]: claim 4 below the grid's noise",
     )
     ap.add_argument(
@@ -759,11 +769,8 @@ def main(argv: list[str] | None = None) -> None:
         print()
         print("\n".join(plot_curves(runs, out)))
         return
-    if (args.grid or args.ladder) and args.clip is None:
-        ap.error(
-            "--grid and --ladder need --clip (M; benchmarks/lodmeta_grad_norms.py measures the "
-            "norms)"
-        )
+    if args.clip is not None and not args.clip > 0:
+        ap.error(f"--clip must be > 0, got {args.clip}")
     if any(not z > 0 for z in args.ladder):
         ap.error("--ladder's noise multipliers must be > 0 (z 0 is the unlabelled run, clipped)")
     if not args.grid and (args.eps or args.delta):
@@ -784,7 +791,8 @@ def main(argv: list[str] | None = None) -> None:
     ]
     # (label, privacy overrides) of each grid cell and ladder rung; a --set variant keeps its
     # own label after the cell's
-    tail = f"-{args.label}" if args.label else ""
+    m = PERTURBATION_CLIP if args.clip is None else args.clip
+    tail = (f"-M{m:g}" if m != PERTURBATION_CLIP else "") + (f"-{args.label}" if args.label else "")
     cells = [
         (grid_label(e, d) + tail, [f"privacy.release_epsilon={e}", f"privacy.delta={d}"])
         for e, d in (grid if args.grid else [])
@@ -810,7 +818,7 @@ def main(argv: list[str] | None = None) -> None:
                     file.write_text(json.dumps(records[-1] | {"machine": machine()}, indent=1))
                 continue  # the reference alone: no run starts
             if cells:
-                clip = f"privacy.clip={args.clip}"
+                clip = f"privacy.clip={m}"
                 for cell, privacy in cells:
                     extra = ["privacy.mechanism=perturbation", *privacy, clip]
                     records.append(

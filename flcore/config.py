@@ -31,6 +31,7 @@ __all__ = [
     "PartitionConfig",
     "OptimizerConfig",
     "PrivacyConfig",
+    "PERTURBATION_CLIP",
     "AttackConfig",
     "CapacityConfig",
     "ClientSplitConfig",
@@ -68,6 +69,14 @@ class OptimizerConfig(_Strict):
     weight_decay: float = Field(5e-4, ge=0)
 
 
+#: LoDMeta's clip M where a ``perturbation`` config gives none (issue 26 section 4): the median
+#: L2 norm of the clean meta-gradient over the first 100 steps of the FMNIST default, 0.627
+#: (benchmarks/lodmeta_grad_norms.py; BENCHMARKS.md "The clip M from measured meta-gradient
+#: norms"), rounded down. The paper's M_meta is a smoothness constant with no value: there is
+#: no paper's M to copy. The other mechanisms keep DP-SGD's 0.04.
+PERTURBATION_CLIP = 0.6
+
+
 class PrivacyConfig(_Strict):
     """Differential privacy of an experiment. Give ``noise_multiplier`` or ``target_epsilon``.
 
@@ -101,7 +110,12 @@ class PrivacyConfig(_Strict):
         "run's epsilon is still composed by the accountant",
     )
     delta: float = Field(1e-5, gt=0, lt=1)
-    clip: float = Field(0.04, gt=0, description="per-sample (dpsgd) or per-update (client) norm")
+    clip: float = Field(
+        0.04,
+        gt=0,
+        description="per-sample (dpsgd) or per-update (client, perturbation) L2 norm; "
+        f"perturbation's default is {PERTURBATION_CLIP} (measured meta-gradient norms)",
+    )
     accountant: Literal["rdp", "prv", "pld"] = "rdp"
     max_noise_multiplier: float = Field(
         1000.0,
@@ -119,6 +133,13 @@ class PrivacyConfig(_Strict):
         description="knowledge+model: also noise the class statistics an algorithm releases "
         "beside its model (FedHKD), composed with DP-SGD under add/remove",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _perturbation_clip(cls, data: Any) -> Any:
+        """A ``perturbation`` config without a clip gets :data:`PERTURBATION_CLIP`."""
+        perturbation = isinstance(data, Mapping) and data.get("mechanism") == "perturbation"
+        return {**data, "clip": PERTURBATION_CLIP} if perturbation and "clip" not in data else data
 
     @model_validator(mode="after")
     def _one_of(self) -> PrivacyConfig:
@@ -601,7 +622,9 @@ def _check_topology(cfg: ExperimentConfig, alg: Any) -> None:
     if g is not None:
         from flcore.algorithms.meta.graph import check_graph
 
-        check_graph(g.name, cfg.num_clients, k=g.k, degree=g.degree, path=g.path)
+        check_graph(
+            g.name, cfg.num_clients, seed=cfg.seed, k=g.k, p=g.p, degree=g.degree, path=g.path
+        )
 
 
 def _check_protect(cfg: ExperimentConfig, p: PrivacyConfig, alg: Any) -> None:

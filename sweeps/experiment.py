@@ -46,8 +46,10 @@ def run_experiment(
     ``dp_relation`` and for client-level DP ``client_sampling``; the MLflow run carries them
     as tags).
 
-    The data is built before the MLflow run is created, so a missing dataset writes nothing;
-    an ``early_stopping`` without validation records is refused before that. A run that early
+    The data and the engine are built before the MLflow run is created, so a missing dataset,
+    or a config refused once its data is known (a privacy target no noise meets, a disconnected
+    graph), writes nothing; an ``early_stopping`` without validation records is refused before
+    that. A run that early
     stopping ends before ``cfg.rounds`` ends normally (FINISHED), its summary that of its
     best-validation round with ``rounds_completed``, ``best_round`` and ``early_stopped``
     (with ``early_stopping.report: all_clients``, every client on that state, with the
@@ -55,6 +57,10 @@ def run_experiment(
     """
     check_early_stopping(cfg)
     data = build_data(cfg)
+    # the engine before the MLflow run: what refuses a config only once its data is known
+    # (privacy calibration, a disconnected graph, an algorithm's own checks) writes nothing,
+    # and a weak delta's warning comes before any work
+    engine = build_engine(cfg, data=data)
     tracker = MLflowCallback(
         experiment=experiment_name(cfg.experiment),
         params=config_params(cfg),
@@ -71,7 +77,7 @@ def run_experiment(
         static={"run_id": tracker.run_id, "algorithm": cfg.algorithm, "seed": cfg.seed},
     )
     bar = ProgressCallback(enabled=progress)
-    engine = build_engine(cfg, data=data, callbacks=[tracker, parquet, bar])
+    engine.callbacks.callbacks.extend([tracker, parquet, bar])
     if cfg.checkpoint_every:
         engine.callbacks.callbacks.append(
             _Checkpointer(engine, run_dir / "checkpoint.pt", cfg.checkpoint_every)

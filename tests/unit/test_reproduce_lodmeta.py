@@ -255,7 +255,7 @@ def test_a_full_length_run_is_the_configs_length() -> None:
 def test_eps_and_delta_choose_the_grid_cells_that_run(data_root: Path, tmp_path: Path) -> None:
     mod = _mod()
     out, records = tmp_path / "out", tmp_path / "records"
-    args = ["--grid", "--clip", "0.6", "--eps", "0.8", "0.5", "--delta", "1e-5"]
+    args = ["--grid", "--eps", "0.8", "0.5", "--delta", "1e-5"]
     args += ["--rounds", "1", "--workers", "1", "--out", str(out), "--records", str(records)]
     args += ["--label", "tiny"]
     args += _tiny(data_root, "fewshot.unseen_clients=0", "algorithm_params.inner_steps=1")
@@ -268,6 +268,7 @@ def test_eps_and_delta_choose_the_grid_cells_that_run(data_root: Path, tmp_path:
     ]
     assert "privacy.release_epsilon=0.5" in runs[0]["overrides"]
     assert "privacy.delta=1e-05" in runs[1]["overrides"]
+    assert "privacy.clip=0.6" in runs[1]["overrides"]  # the configs' M, from measured norms
     assert "model_params.hidden=4" in runs[1]["overrides"]
     assert sorted(p.name for p in out.iterdir()) == [r["run"] for r in runs]
     record = json.loads((records / f"{runs[0]['run']}.json").read_text())
@@ -281,7 +282,7 @@ def test_eps_and_delta_choose_the_grid_cells_that_run(data_root: Path, tmp_path:
         (["--grid", "--clip", "0.6", "--eps", "0.3"], "invalid choice: 0.3"),
         (["--delta", "1e-5"], "--eps and --delta choose cells of --grid"),
         (["--eps", "0.5", "0.6", "0.7", "0.8"], "--eps and --delta choose cells of --grid"),
-        (["--ladder", "0.1"], "--grid and --ladder need --clip"),
+        (["--ladder", "0.1", "--clip", "0"], "--clip must be > 0, got 0.0"),
         (["--ladder", "0", "--clip", "0.6"], "--ladder's noise multipliers must be > 0"),
         (["--ladder", "0.1", "--clip", "0.6", "--reference"], "not with --grid or --ladder"),
     ],
@@ -421,16 +422,17 @@ def test_the_reference_runs_nothing_else_and_leaves_its_record(
 def test_the_ladder_runs_its_noise_multipliers_labelled(data_root: Path, tmp_path: Path) -> None:
     mod = _mod()
     out = tmp_path / "out"
-    args = ["--ladder", "0.5", "0.01", "--clip", "0.6", "--rounds", "1", "--workers", "1"]
+    args = ["--ladder", "0.5", "0.01", "--clip", "0.3", "--rounds", "1", "--workers", "1"]
     args += ["--out", str(out), "--records", "", "--label", "tiny"]
     runs = _main_runs(mod, args + _tiny(data_root, "fewshot.unseen_clients=0"))
+    # an M other than the configs' is in the label: its runs never resume the default's
     assert [r["run"] for r in runs] == [
-        "regular-5shot-lodmeta-z0.5-d1e-05-r1-tiny-s0",
-        "regular-5shot-lodmeta-z0.01-d1e-05-r1-tiny-s0",
+        "regular-5shot-lodmeta-z0.5-d1e-05-r1-M0.3-tiny-s0",
+        "regular-5shot-lodmeta-z0.01-d1e-05-r1-M0.3-tiny-s0",
     ]
     assert "privacy.noise_multiplier=0.01" in runs[1]["overrides"]
     assert (
-        "privacy.clip=0.6" in runs[1]["overrides"] and "privacy.delta=1e-05" in runs[1]["overrides"]
+        "privacy.clip=0.3" in runs[1]["overrides"] and "privacy.delta=1e-05" in runs[1]["overrides"]
     )
     assert all(r["epsilon"] is not None and r["epsilon"] > 0 for r in runs)
 

@@ -91,18 +91,14 @@ def _nx_graph(name: str, n: int, *, k: int, p: float, degree: int, path: str | N
     )
 
 
-def check_graph(name: str, n: int, *, k: int, degree: int, path: str | None) -> None:
-    """The checks that need no draw (config time): sizes, and an edge-list file's contents,
-    connectivity included."""
-    if name == "watts_strogatz" and not k < n:
-        raise ConfigError("graph.k", f"must be < num_clients ({n}), got {k}")
-    if name == "regular" and (not degree < n or (n * degree) % 2):
-        raise ConfigError(
-            "graph.degree",
-            f"a {degree}-regular graph on {n} clients needs degree < n and n x degree even",
-        )
-    if name == "edges":
-        _connected(_nx_graph(name, n, k=k, p=0.0, degree=degree, path=path, seed=0), name)
+def check_graph(
+    name: str, n: int, *, seed: int, k: int, p: float, degree: int, path: str | None
+) -> None:
+    """Config time: the graph the run will draw (with its seed) is drawn and must be connected,
+    its sizes right and an edge-list file readable. The drawing is cheap (no P, no sigma_2):
+    a random graph that comes out disconnected (a 2-regular one is a union of cycles) is an
+    error before any work, as an edge list is."""
+    _connected(_nx_graph(name, n, k=k, p=p, degree=degree, path=path, seed=seed), name)
 
 
 def _connected(g, name: str):  # type: ignore[no-untyped-def]

@@ -115,6 +115,27 @@ def test_a_disconnected_edge_list_is_refused_at_the_edge(data_root: Path, tmp_pa
     validate_config(_raw(data_root, graph={"name": "edges", "path": str(edges)}))
 
 
+def test_a_random_graph_drawn_disconnected_is_refused_at_config_time(data_root: Path) -> None:
+    # a 2-regular graph is a union of cycles: with seed 0 on 6 clients, more than one (the
+    # draw the run would make is made at config time); seed 1 draws one 6-cycle
+    with pytest.raises(ConfigError, match="regular graph is disconnected"):
+        validate_config(_raw(data_root, graph={"name": "regular", "degree": 2}, seed=0))
+    validate_config(_raw(data_root, graph={"name": "regular", "degree": 2}, seed=1))
+
+
+def test_the_perturbation_clip_defaults_to_the_measured_m(data_root: Path) -> None:
+    from flcore.config import PERTURBATION_CLIP
+
+    privacy = {"mechanism": "perturbation", "release_epsilon": 0.5}
+    assert validate_config(_raw(data_root, privacy=privacy)).privacy.clip == PERTURBATION_CLIP
+    assert PERTURBATION_CLIP == 0.6  # BENCHMARKS.md: median measured norm 0.627
+    given = validate_config(_raw(data_root, privacy=privacy | {"clip": 2.0}))
+    assert given.privacy.clip == 2.0
+    from flcore.config import PrivacyConfig
+
+    assert PrivacyConfig(mechanism="dpsgd", noise_multiplier=1.0).clip == 0.04  # as before
+
+
 # ----------------------------------------------------------------------------- few-shot tasks
 
 

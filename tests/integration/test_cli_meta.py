@@ -1,0 +1,119 @@
+"""The meta-learning family through `fedsweep run` (issue 26): a noised LoDMeta walk end to end
+on real FMNIST few-shot clients into a real sqlite MLflow store, and the bad input the issue
+names refused with exit 2 before anything is written."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.sweep_helpers import cli_in_process
+
+
+def _walk(data_root: Path, tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    """A tiny LoDMeta walk: 6 clients on a 3-regular graph, 5-way 2-shot, CONV4 of width 8."""
+    return {
+        "experiment": "tests-meta",
+        "algorithm": "lodmeta",
+        "dataset": "fmnist",
+        "data_root": str(data_root),
+        "model": "conv4",
+        "model_params": {"hidden": 8},
+        "num_clients": 6,
+        "rounds": 4,
+        "lr": 0.001,
+        "eval_every": 2,
+        "seed": 1,
+        "workers": 1,
+        "output_dir": str(tmp_path / "runs"),
+        "fewshot": {"n_way": 5, "k_shot": 2, "query": 4, "test_query": 4, "unseen_clients": 2},
+        "graph": {"name": "regular", "degree": 3},
+        "algorithm_params": {"inner_steps": 1, "inner_lr": 0.1},
+    } | extra
+
+
+def test_a_noised_walk_runs_end_to_end_at_the_default_clip(data_root: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "walk.yaml"
+    privacy = {"mechanism": "perturbation", "release_epsilon": 0.5, "delta": 1e-5}  # no clip
+    cfg.write_text(yaml.safe_dump(_walk(data_root, tmp_path, privacy=privacy)))
+    out = cli_in_process(["run", str(cfg), "--json"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["rounds"] == 4 and doc["comm_units"] == 4.0  # one unit a hop: w alone
+    assert 0 <= doc["accuracy"] <= 1 and 0 <= doc["unseen_accuracy"] <= 1
+    assert doc["dp_guarantee"] == "client-ldp" and doc["dp_relation"] == "replace-one"
+    assert 0 < doc["epsilon"] < doc["epsilon_paper"] < float("inf")
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.get_run(doc["run_id"])
+    assert run.info.status == "FINISHED"
+    # the measured default M (flcore.config.PERTURBATION_CLIP), not DP-SGD's 0.04
+    assert run.data.params["privacy.clip"] == "0.6"
+    assert run.data.tags["dp_guarantee"] == "client-ldp"
+    assert 0 < run.data.metrics["graph_sigma2"] < 1
+    assert run.data.metrics["epsilon"] == pytest.approx(doc["epsilon"])
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        # 2-regular on 6 clients, drawn with seed 0: cycles that do not meet (the draw the run
+        # would make; seed 1's is one 6-cycle)
+        ({"graph": {"name": "regular", "degree": 2}, "seed": 0}, "disconnected"),
+        (
+            {"fewshot": {"n_way": 5, "k_shot": 5000, "query": 4, "test_query": 4}},
+            "too few records",
+        ),
+        ({"privacy": {"mechanism": "perturbation", "release_epsilon": 0.0}}, "release_epsilon"),
+        ({"privacy": {"mechanism": "perturbation", "release_epsilon": -1}}, "release_epsilon"),
+        (
+            {"privacy": {"mechanism": "perturbation", "release_epsilon": 0.5, "delta": 0.5}},
+            "delta in (0, 1/2)",
+        ),
+        ({"privacy": {"mechanism": "perturbation", "release_epsilon": 0.5, "delta": 0}}, "delta"),
+        ({"privacy": {"mechanism": "perturbation", "noise_multiplier": 1, "clip": 0}}, "clip"),
+        ({"privacy": {"mechanism": "perturbation", "noise_multiplier": 1, "clip": -1}}, "clip"),
+        ({"client_fraction": 0.5}, "client_fraction"),
+        ({"full_last_round": True}, "full_last_round"),
+    ],
+)
+def test_bad_walk_input_exits_2_and_writes_nothing(
+    data_root: Path, tmp_path: Path, change: dict[str, Any], needle: str
+) -> None:
+    cfg = tmp_path / "walk.yaml"
+    cfg.write_text(yaml.safe_dump(_walk(data_root, tmp_path, **change)))
+    out = cli_in_process(["run", str(cfg), "--json"], tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert out.stdout == ""
+    assert needle in out.stderr
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_weak_delta_warns_before_any_work(data_root: Path, tmp_path: Path) -> None:
+    """The paper's delta 0.1 against 30 records a client trains on (5-way, 2 support and 4
+    query a class): a warning before the MLflow run exists, and the run stands at epsilon
+    inf."""
+    cfg = tmp_path / "walk.yaml"
+    privacy = {"mechanism": "perturbation", "release_epsilon": 0.5, "delta": 0.1}
+    cfg.write_text(yaml.safe_dump(_walk(data_root, tmp_path, privacy=privacy, rounds=2)))
+    seen: list[tuple[str, bool]] = []
+
+    def show(message: Any, *args: Any, **kwargs: Any) -> None:
+        seen.append((str(message), (tmp_path / "mlflow.db").exists()))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = show
+        out = cli_in_process(["run", str(cfg), "--json"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    weak = [store for text, store in seen if "weak-delta" in text and "1/30" in text]
+    assert weak == [False]  # once, and before the store was written
+    doc = json.loads(out.stdout)
+    assert doc["dp_guarantee"] == "weak-delta" and doc["epsilon"] == "inf"  # JSON has no inf
