@@ -12,12 +12,20 @@ sweep trial or ``fedsweep run`` attaches, each timed on its own:
   ``MLflowCallback``);
 - Parquet: the run's ``ParquetCallback`` (rewrites its file every 10 rounds);
 - a checkpoint every ``--checkpoint-every`` steps (the engine's whole state, every visited
-  client's m and v included): seconds and bytes.
+  client's m and v included): seconds and bytes, each one listed.
+
+What grows with the walk's length (the Parquet file, rewritten whole; the MLflow store; the
+engine's history in each checkpoint) shows as each per-step part over the first and the last
+tenth of the steps.
 
 Prints JSON (seconds per step of each part, and its share of the wall time). Needs flcore, MLflow
 and pandas (the platform's parts being measured).
 
     .venv/bin/python benchmarks/walk_overhead.py --steps 300
+    # 10,000 steps of a cheap learner (width 8, first order): the bookkeeping at full length,
+    # each part over the first and the last tenth of the steps
+    .venv/bin/python benchmarks/walk_overhead.py --steps 10000 --eval-every 1000 \
+        --checkpoint-every 1000 --set model_params.hidden=8 --set algorithm_params.first_order=true
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import fmean as mean
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,10 +47,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class _Timed:
-    """A callback whose ``on_round_end`` time is summed."""
+    """A callback whose ``on_round_end`` time is summed (and kept per round)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner, self.seconds = inner, 0.0
+        self.per_round: list[float] = []
 
     def on_run_start(self, info: Any) -> None:
         self.inner.on_run_start(info)
@@ -49,7 +59,9 @@ class _Timed:
     def on_round_end(self, result: Any) -> None:
         t = time.perf_counter()
         self.inner.on_round_end(result)
-        self.seconds += time.perf_counter() - t
+        spent = time.perf_counter() - t
+        self.seconds += spent
+        self.per_round.append(spent)
 
     def on_run_end(self, summary: Any) -> None:
         self.inner.on_run_end(summary)
@@ -88,6 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         engine = build_engine(cfg, callbacks=[mlflow, parquet])
         client = evals = rounds = ckpt = 0.0
         ckpt_bytes = 0
+        ckpts: list[tuple[int, float, int]] = []  # (step, seconds, bytes) of each checkpoint
         start = time.perf_counter()
         for result in engine.iter_rounds():
             m = result.metrics
@@ -98,6 +111,7 @@ def main(argv: list[str] | None = None) -> None:
                 path = engine.save_checkpoint(tmp / "checkpoint.pt")
                 ckpt += time.perf_counter() - t
                 ckpt_bytes = path.stat().st_size
+                ckpts.append((result.round, time.perf_counter() - t, ckpt_bytes))
         wall = time.perf_counter() - start
     # the evaluation runs inside the round: it is what the round holds beyond the client and
     # the engine's usual share, measured on the steps that do not evaluate
@@ -109,6 +123,22 @@ def main(argv: list[str] | None = None) -> None:
         h.metrics["round_seconds"] - h.metrics["client_seconds"] - engine_share for h in evaluated
     )
     n = args.steps
+    # what grows with the walk's length (the Parquet file rewritten whole, the MLflow store,
+    # the engine's history inside each checkpoint): each per-step part over the first and the
+    # last tenth of the steps
+    tenth = max(1, n // 10)
+
+    def engine_over(rows: list[Any]) -> float:
+        rows = [h for h in rows if not h.evaluated]
+        return sum(h.metrics["round_seconds"] - h.metrics["client_seconds"] for h in rows) / max(
+            1, len(rows)
+        )
+
+    growth = {
+        "mlflow_log_batch": (mean(mlflow.per_round[:tenth]), mean(mlflow.per_round[-tenth:])),
+        "parquet": (mean(parquet.per_round[:tenth]), mean(parquet.per_round[-tenth:])),
+        "engine": (engine_over(engine.history[:tenth]), engine_over(engine.history[-tenth:])),
+    }
     parts = {
         "client_step": client,
         "engine": engine_share * n,
@@ -129,6 +159,12 @@ def main(argv: list[str] | None = None) -> None:
                 "wall_seconds": round(wall, 2),
                 "seconds_per_step": {k: round(v / n, 5) for k, v in parts.items()},
                 "share_of_wall": {k: round(v / wall, 4) for k, v in parts.items()},
+                "seconds_per_step_first_and_last_tenth": {
+                    k: [round(a, 6), round(b, 6)] for k, (a, b) in growth.items()
+                },
+                "checkpoints": [
+                    {"step": r, "seconds": round(t, 3), "bytes": b} for r, t, b in ckpts
+                ],
                 "checkpoint_bytes": ckpt_bytes,
                 "visited_clients": sum(s is not None for s in engine.client_states.values()),
             },
