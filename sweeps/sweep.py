@@ -284,7 +284,7 @@ def run_sweep(
     trainable = tune.with_resources(
         tune.with_parameters(
             FLTrainable,
-            base=base.model_dump(mode="json"),
+            base=base.model_dump(mode="json", exclude_unset=True),
             seeds=spec.seeds,
             rounds_per_step=spec.rounds_per_step,
             objectives=[o.name for o in spec.objectives],
@@ -317,7 +317,7 @@ def run_sweep(
         state_path=str(paths.state),
         sweep_name=spec.name,
         dataset=base.dataset,
-        trial_params=_TrialParams(base.model_dump(mode="json")),
+        trial_params=_TrialParams(base.model_dump(mode="json", exclude_unset=True)),
         study=link,
         rule=rule,
     )

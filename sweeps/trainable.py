@@ -53,9 +53,14 @@ REPORTED = Algorithm.reports | {"round_bytes_up", "round_bytes_down", "round_sec
 
 
 def trial_experiment_config(config: dict[str, Any], base: ExperimentConfig) -> ExperimentConfig:
-    """The experiment a trial's sampled parameters describe (base + overrides, validated)."""
+    """The experiment a trial's sampled parameters describe (base + overrides, validated).
+
+    The base goes in as the spec wrote it (``exclude_unset``; the driver hands the trainable its
+    base the same way): a key the spec never set stays unset, so a check on what a config sets
+    (a walk refuses ``client_fraction``, ``full_last_round``) judges the spec, not a default.
+    """
     algorithm = config["algorithm"]
-    raw = base.model_dump(mode="json") | {"algorithm": algorithm}
+    raw = base.model_dump(mode="json", exclude_unset=True) | {"algorithm": algorithm}
     return validate_config(apply_overrides(raw, overrides_for(algorithm, config)))
 
 

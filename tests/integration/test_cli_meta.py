@@ -1,6 +1,7 @@
-"""The meta-learning family through `fedsweep run` (issue 26): a noised LoDMeta walk end to end
-on real FMNIST few-shot clients into a real sqlite MLflow store, and the bad input the issue
-names refused with exit 2 before anything is written."""
+"""The meta-learning family through `fedsweep run` and `fedsweep sweep` (issue 26): a noised
+LoDMeta walk end to end on real FMNIST few-shot clients into a real sqlite MLflow store, walks
+as Ray Tune trials over the meta search space, and the bad input the issue names refused with
+exit 2 before anything is written."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.sweep_helpers import cli_in_process
+from tests.integration.sweep_helpers import child_runs, cli, cli_in_process, tiny_spec, write_spec
 
 
 def _walk(data_root: Path, tmp_path: Path, **extra: Any) -> dict[str, Any]:
@@ -117,3 +118,39 @@ def test_a_weak_delta_warns_before_any_work(data_root: Path, tmp_path: Path) -> 
     assert weak == [False]  # once, and before the store was written
     doc = json.loads(out.stdout)
     assert doc["dp_guarantee"] == "weak-delta" and doc["epsilon"] == "inf"  # JSON has no inf
+
+
+def test_walks_are_sweep_trials_over_the_meta_search_space(data_root: Path, tmp_path: Path) -> None:
+    """`fedsweep sweep` of LoDMeta and LoDMeta(basic) (search_spaces/meta.py: eta, alpha, K,
+    the graph, the per-release epsilon, delta and M): each trial a finished MLflow child run
+    with its sampled knobs, its local-DP epsilon and the walk's communication."""
+    spec = tiny_spec(
+        data_root,
+        algorithms=["lodmeta", "lodmeta_basic"],
+        objectives={"accuracy": "max", "epsilon": "min"},
+        max_concurrent_trials=1,
+        sampler={"name": "random", "seed": 0},
+    )
+    walk = _walk(data_root, tmp_path)
+    spec["base"] = {
+        k: walk[k]
+        for k in ("dataset", "data_root", "model", "model_params", "num_clients", "rounds")
+        + ("eval_every", "fewshot", "graph", "algorithm_params")
+    } | {"experiment": "sweep-tests", "algorithm": "lodmeta"}
+    out = cli(["sweep", str(write_spec(tmp_path, spec)), "--json"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = json.loads(out.stdout)
+    assert [t["status"] for t in doc["trials"]] == ["FINISHED", "FINISHED"]
+    runs = child_runs(tmp_path)
+    assert len(runs) == 2
+    for run in runs:
+        params, metrics = run.data.params, run.data.metrics
+        assert params["algorithm"] in {"lodmeta", "lodmeta_basic"}
+        assert params["privacy.mechanism"] == "perturbation"
+        assert 0.3 <= float(params["privacy.release_epsilon"]) <= 0.95
+        assert 0.05 <= float(params["privacy.clip"]) <= 5.0
+        assert params["graph.name"] in {"regular", "watts_strogatz"}
+        assert run.data.tags["dp_guarantee"] == "client-ldp"
+        assert 0 < metrics["epsilon"] < metrics["epsilon_paper"]
+        units = 4.0 * (3 if params["algorithm"] == "lodmeta_basic" else 1)
+        assert metrics["comm_units"] == units
