@@ -43,7 +43,9 @@ Privacy (``privacy: {mechanism: perturbation, ...}``; flcore.privacy.perturbatio
   data against everyone who sees its transmissions). ``epsilon_paper``: Theorem 4.5's
   network-DP epsilon' at delta + delta_hat, delta_hat = delta, for the per-release epsilon the
   noise corresponds to (the classic formula, defined for epsilon < 1 and delta < 1/2), against
-  another client as observer. It is reported, never used as the guarantee. Its N_u = T/n +
+  another client as observer: network DP (Cyffers & Bellet), neighbouring datasets differing
+  in one client's task (replace-one, as ``epsilon``), the observer seeing only what reaches it
+  rather than every release. It is reported, never used as the guarantee. Its N_u = T/n +
   sqrt(3 T ln(1/delta_hat)/n) bounds a client's visits only where the walk visits clients
   uniformly (a regular graph, or ``graph.walk: metropolis``); on a simple walk over an
   irregular graph (Watts-Strogatz) visits follow degree and the formula, applied as the paper
