@@ -154,3 +154,9 @@ def test_walks_are_sweep_trials_over_the_meta_search_space(data_root: Path, tmp_
         assert 0 < metrics["epsilon"] < metrics["epsilon_paper"]
         units = 4.0 * (3 if params["algorithm"] == "lodmeta_basic" else 1)
         assert metrics["comm_units"] == units
+    # the HTML report of that store draws the walks' accuracy against the communication units
+    # (the paper's Figures 1-4), from the runs' MLflow histories
+    report = cli_in_process(["report", "-e", "sweep-tests", "--out", "report.html"], tmp_path)
+    assert report.returncode == 0, report.stderr[-2000:]
+    html = (tmp_path / "report.html").read_text()
+    assert '<img id="comm-png"' in html and 'src="data:image/png;base64,' in html
