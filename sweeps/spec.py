@@ -19,6 +19,13 @@ Decisions checked here, before anything starts (each a ``ConfigError`` naming th
   ``num_samples <= population_size`` trials would never evolve and is refused too.
 - ``tracking.uri`` is a URI MLflow reads, with no password (``sweeps.preflight``); whether the
   store answers is checked when the sweep starts, not here (a dry run reaches no server).
+- Every algorithm's trial config is validated on the base (:func:`trial_experiment_config`
+  of one seeded draw of its search space): an algorithm the base cannot run (a walk on a base
+  without few-shot clients, a plain one on few-shot clients) is refused here, not trial by
+  trial. The base's
+  ``algorithm_params`` are its own algorithm's (a ready config's, e.g. Pa3dFL's): a trial of
+  another algorithm keeps the keys it takes (a family's shared knobs: LoDMeta's inner loop
+  for LoDMeta-basic) and starts from its defaults for the rest, with a warning naming them.
 - ``storage.optuna`` is ``sqlite``, ``journal`` or an SQLAlchemy URL of sqlite, postgresql or
   mysql. A URL's database driver must import now (not after Ray started), it may carry no
   password (the spec is logged to MLflow and kept beside the sweep: use ``PGPASSWORD``,
@@ -46,6 +53,8 @@ __all__ = [
     "ObjectiveSpec",
     "load_spec",
     "missing_fills",
+    "foreign_params",
+    "trial_experiment_config",
     "validate_spec",
 ]
 
@@ -55,6 +64,56 @@ _RDB_BACKENDS = ("sqlite", "postgresql", "mysql")
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def trial_experiment_config(config: Mapping[str, Any], base: ExperimentConfig) -> ExperimentConfig:
+    """The experiment a trial's sampled parameters describe (base + overrides, validated).
+
+    The base goes in as the spec wrote it (``exclude_unset``; the driver hands the trainable its
+    base the same way): a key the spec never set stays unset, so a check on what a config sets
+    (a walk refuses ``client_fraction``, ``full_last_round``) judges the spec, not a default.
+    ``base.algorithm_params`` are ``base.algorithm``'s: another algorithm's trial keeps those
+    it takes (a family's shared knobs) and starts from its defaults for the rest
+    (:func:`foreign_params`).
+    """
+    from search_spaces import overrides_for
+
+    algorithm = config["algorithm"]
+    raw = base.model_dump(mode="json", exclude_unset=True)
+    if algorithm != base.algorithm and "algorithm_params" in raw:
+        foreign = foreign_params(algorithm, raw["algorithm_params"])
+        raw["algorithm_params"] = {
+            k: v for k, v in raw["algorithm_params"].items() if k not in foreign
+        }
+    raw["algorithm"] = algorithm
+    return validate_experiment(apply_overrides(raw, overrides_for(algorithm, config)))
+
+
+def _one_draw(algorithm: str) -> dict[str, Any]:
+    """A trial's config from one draw of ``algorithm``'s search space (an in-memory study,
+    seeded): what its space supplies (DP-FedAvg's privacy mapping) is there when the base is
+    judged."""
+    import optuna
+
+    from search_spaces import SPACES
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask()
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    SPACES.get(algorithm)(trial, algorithm)
+    return {"algorithm": algorithm, **trial.params}
+
+
+def foreign_params(algorithm: str, params: Mapping[str, Any]) -> list[str]:
+    """The keys of ``params`` (another algorithm's ``algorithm_params``) that ``algorithm``
+    does not take."""
+    from flcore.algorithms import ALGORITHMS
+
+    fields = ALGORITHMS.get(algorithm).Params.model_fields
+    return sorted(k for k in params if k not in fields)
 
 
 class ObjectiveSpec(_Strict):
@@ -292,6 +351,23 @@ def validate_spec(raw: Mapping[str, Any], *, base_dir: Path | None = None) -> Sw
             )
         if alg not in SPACES:
             raise ConfigError(f"algorithms.{i}", f"no search space for {alg!r} in search_spaces/")
+        try:
+            trial_experiment_config(_one_draw(alg), spec.base)
+        except ConfigError as exc:
+            raise ConfigError(f"algorithms.{i}", f"{alg} cannot run on this base: {exc}") from None
+    dropped = {
+        alg: keys
+        for alg in sorted(set(spec.algorithms) - {spec.base.algorithm})
+        if (keys := foreign_params(alg, spec.base.algorithm_params))
+    }
+    if dropped:
+        warnings.warn(
+            f"base.algorithm_params are {spec.base.algorithm}'s; "
+            + "; ".join(f"{alg} does not take {', '.join(keys)}" for alg, keys in dropped.items())
+            + ": those trials start from their own defaults there (and their search spaces)",
+            UserWarning,
+            stacklevel=2,
+        )
     attack = spec.base.attack
     if attack is not None and attack.labels == "auto" and len(set(spec.algorithms)) > 1:
         # iDLG works only where the classifier is uploaded; elsewhere auto falls back to given

@@ -434,7 +434,7 @@ class _TrialParams:
 
     def __call__(self, config: dict[str, Any]) -> dict[str, Any]:
         from flcore.config import ExperimentConfig
-        from sweeps.trainable import trial_experiment_config
+        from sweeps.spec import trial_experiment_config
 
         cfg = trial_experiment_config(config, ExperimentConfig.model_validate(self.base))
         return cfg.model_dump(mode="json")

@@ -40,28 +40,16 @@ from ray import tune
 
 from analysis.guarantees import is_epsilon
 from flcore.algorithms.base import Algorithm
-from flcore.config import ExperimentConfig, apply_overrides, validate_config
+from flcore.config import ExperimentConfig
 from flcore.engine import CLIENT_ACCURACIES, Engine
 from flcore.experiment import build_data, build_engine
-from search_spaces import overrides_for
+from sweeps.spec import trial_experiment_config
 
 __all__ = ["FLTrainable", "REPORTED", "combine_seeds", "trial_experiment_config"]
 
 #: metrics every report carries (plus the objectives and ``*_std``): whatever any algorithm may
 #: report, and the engine's per-round traffic and time
 REPORTED = Algorithm.reports | {"round_bytes_up", "round_bytes_down", "round_seconds"}
-
-
-def trial_experiment_config(config: dict[str, Any], base: ExperimentConfig) -> ExperimentConfig:
-    """The experiment a trial's sampled parameters describe (base + overrides, validated).
-
-    The base goes in as the spec wrote it (``exclude_unset``; the driver hands the trainable its
-    base the same way): a key the spec never set stays unset, so a check on what a config sets
-    (a walk refuses ``client_fraction``, ``full_last_round``) judges the spec, not a default.
-    """
-    algorithm = config["algorithm"]
-    raw = base.model_dump(mode="json", exclude_unset=True) | {"algorithm": algorithm}
-    return validate_config(apply_overrides(raw, overrides_for(algorithm, config)))
 
 
 def _process_age() -> float:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from flcore.errors import ConfigError
 from sweeps.spec import load_spec, validate_spec
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "sweeps" / "quickstart.yaml"
+CONFIGS = QUICKSTART.parent / "configs"
 
 
 def _spec(**over: object) -> dict:
@@ -282,3 +284,38 @@ def test_a_partial_epsilon_objective_is_warned_about(recwarn: pytest.WarningsRec
                 objectives=[{"name": "epsilon_knowledge", "direction": "min", "missing": 0.0}],
             )
         )
+
+
+def test_every_algorithm_must_run_on_the_base_before_any_work() -> None:
+    """An algorithm the base cannot run is refused at spec time, named, not trial by trial: a
+    walk on a base without few-shot clients; judged with a draw of its search space (which
+    gives DP-FedAvg its privacy mapping, and the walk its graph)."""
+    with pytest.raises(ConfigError, match=r"algorithms\.1: lodmeta cannot run on this base: fewsh"):
+        validate_spec(_spec(algorithms=["dp_fedavg", "lodmeta"]))
+
+
+def test_the_bases_algorithm_params_are_its_own_algorithms() -> None:
+    """A ready config as base (Pa3dFL's, with its algorithm_params) and other methods in the
+    sweep: their trials start from their own defaults, with a warning naming them; the base
+    algorithm's trials keep its params; a walk's trial judges what the spec set."""
+    from sweeps.spec import trial_experiment_config
+
+    base = yaml.safe_load((CONFIGS / "pa3dfl" / "fmnist_hetero_pa3dfl.yaml").read_text())
+    with pytest.warns(UserWarning) as caught:
+        spec = validate_spec(_spec(base=base, algorithms=["pa3dfl", "fjord", "fedavg"]))
+    (message,) = [str(w.message) for w in caught if "algorithm_params" in str(w.message)]
+    own = ", ".join(sorted(base["algorithm_params"]))
+    assert message.startswith(f"base.algorithm_params are pa3dfl's; fedavg does not take {own};")
+    assert f"fjord does not take {own}: those trials start from their own defaults" in message
+    fjord = trial_experiment_config({"algorithm": "fjord"}, spec.base)
+    assert fjord.algorithm_params == {} and fjord.capacity == spec.base.capacity
+    pa3dfl = trial_experiment_config({"algorithm": "pa3dfl", "pa3dfl:lr": 0.05}, spec.base)
+    assert pa3dfl.algorithm_params == base["algorithm_params"] and pa3dfl.lr == 0.05
+    # a family's shared knobs carry over, unwarned: LoDMeta's inner loop for LoDMeta-basic;
+    # and a walk's base sets neither client_fraction nor full_last_round: its trials run
+    walk = yaml.safe_load((CONFIGS / "lodmeta" / "fmnist_lodmeta.yaml").read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spec = validate_spec(_spec(base=walk, algorithms=["lodmeta", "lodmeta_basic"]))
+    basic = trial_experiment_config({"algorithm": "lodmeta_basic"}, spec.base)
+    assert basic.algorithm_params == walk["algorithm_params"] and basic.graph is not None
