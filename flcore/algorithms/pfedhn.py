@@ -16,6 +16,10 @@ SGD with lr 1e-2, momentum 0.9, weight decay 1e-3 over ``phi`` and the embedding
 gradient and each client's local gradients are clipped to norm 50 (``max_grad_norm``), as the
 paper's code does.
 
+Pa3dFL's Table 1 runs it (sweeps/configs/pa3dfl/) at ``embed_dim`` 5, ``hidden_dim`` 100,
+``depth`` 2: Pa3dFL's Tables 5-6 setting for pFedHN, borrowed for FMNIST, for which its Table 7
+gives none.
+
 Deviations, stated:
 - The paper samples one client per step: each step's weights are generated from the ``phi``
   that the previous step left. Here a round's clients train in parallel from weights generated

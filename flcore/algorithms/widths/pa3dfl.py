@@ -46,6 +46,12 @@ Each layer but the head is decomposed as theta = Reshape(U V) (Eqs. 4-5, flcore.
 
 Choices where the paper is silent, and deviations:
 
+- The protocol of the Table 1 configs (sweeps/configs/pa3dfl/): the paper states neither the
+  clients' fraction per round nor how each client's records split, so the configs take FLGo's
+  default fraction, 0.2, and split each client's 600 records 0.8 / 0.1 / 0.1 into train,
+  validation (Algorithm 1's selection and early stopping) and test (``client_split``), with
+  plain SGD (FLGo's default). Table 7's hypernetwork tuple is read as ``(lambda, hn_lr,
+  [embed_dim, hidden_dim, encoder_depth])``: the table does not name the bracket's fields.
 - p_min of Eq. 5 (``R1 = T p_min``): Algorithm 2 line 2 sets it to the narrowest client's
   width, min_i p_i, and Eq. 5 needs every ``T p_i`` to be a multiple of R1. Our widths are
   multiples of the width rule's step (``capacity.p_min``, 1/16; issue 24's one width rule), and
