@@ -544,3 +544,30 @@ def test_step_scale_max_caps_the_factors_lr() -> None:
         job = dict(alg.vector_job(task).lr_scale)
         uv = [job[f"net.{q.key}.{part}"] for q in alg.plans(1.0) for part in "UV"]
         assert uv == pytest.approx([w for w in want for _ in "UV"])
+
+
+def test_eq_32_penalises_each_convs_off_diagonal_gram_and_lambda_applies_once(fmnist) -> None:  # type: ignore[no-untyped-def]
+    """Eq. 32, ``lambda sum_conv ||S - diag(S)||^2`` with ``S = U^T U``: with every U all ones
+    (``n = R1 k^2`` rows, R2 columns) each conv's S is ``n`` everywhere, so its term is
+    ``R2 (R2 - 1) n^2`` and the linear layers add nothing; the client's objective adds it once
+    times lambda (Algorithm 3 line 11 would multiply by lambda twice)."""
+    from flcore.algorithms.widths.decomposed import orthogonality_penalty
+
+    alg = _alg((1.0,), reg_lambda=0.5)
+    net = alg.build_net(1.0)
+    net.load_state_dict(alg.broadcast(1, 0), strict=False)
+    expected = 0.0
+    with torch.no_grad():
+        for q in alg.plans(1.0):
+            net.features[q.index].U.fill_(1.0)
+            if q.kind == "conv":
+                n = net.features[q.index].U.numel() // q.R2
+                expected += q.R2 * (q.R2 - 1) * n**2
+    assert {q.kind for q in alg.plans(1.0)} == {"conv", "linear"}
+    assert float(orthogonality_penalty(net)) == pytest.approx(expected, rel=1e-6)
+    x = normalize(fmnist.train.images[:20], fmnist.info)
+    y = fmnist.train.labels[:20]
+    without = _alg((1.0,), reg_lambda=0.0)
+    with torch.no_grad():
+        added = alg._objective(net, x, y) - without._objective(net, x, y)
+    assert float(added) == pytest.approx(0.5 * expected, rel=1e-5)

@@ -338,3 +338,46 @@ def test_heterofl_scores_a_narrow_submodel_as_it_trained(data_root: Path, model:
     with static_bn(full, data0.train, data0.info):
         want = evaluate(full, data0.test, data0.info)[0]
     assert alg.client_eval(wide, full, data0, before=True)["accuracy_before"] == want
+
+
+def test_fjords_self_distillation_is_sec_3_3s_loss_with_a_fixed_teacher(data_root: Path) -> None:
+    """A step at p < p_max: ``(1 - alpha) CE(y_p, y) + alpha T^2 KL(softmax(y_pmax / T) ||
+    softmax(y_p / T))``, the p_max logits a fixed target (no gradient through them); a step at
+    p_max: the cross-entropy alone. Written out by hand against the step objective (the loop
+    equals it: tests/unit/test_vectorized.py)."""
+    params = {"distill_alpha": 0.3, "distill_temperature": 2.0}
+    alg = build_engine(_cfg(data_root, "fjord", [1.0], algorithm_params=params)).algorithm
+    objective = alg.vector_model()
+    fed = build_data(_cfg(data_root, "fjord", [1.0]))
+    batch = fed.client_train(0)
+    x, y = normalize(batch.images[:20], fed.info), batch.labels[:20]
+    mask = torch.ones(20)
+    choices = torch.tensor(16)  # p_i = 1: levels 1 .. 16 of p_min 1/16
+
+    def by_hand(level: int) -> torch.Tensor:
+        student = objective._logits(torch.tensor(level), x)
+        ce = torch.nn.functional.cross_entropy(student, y)
+        if level == 16:
+            return ce
+        with torch.no_grad():
+            teacher = objective._logits(choices, x)
+        log_pt = torch.log_softmax(teacher / 2.0, dim=1)
+        log_ps = torch.log_softmax(student / 2.0, dim=1)
+        kl = (log_pt.exp() * (log_pt - log_ps)).sum(1).mean()
+        return 0.7 * ce + 0.3 * 4.0 * kl
+
+    for level in (4, 16):
+        names = [k for k, p in objective.named_parameters() if p.requires_grad]
+        got = objective(x, y, mask, torch.tensor(level - 1), choices)
+        got_grads = torch.autograd.grad(got, [dict(objective.named_parameters())[k] for k in names])
+        want = by_hand(level)
+        want_grads = torch.autograd.grad(
+            want, [dict(objective.named_parameters())[k] for k in names]
+        )
+        assert float(got) == pytest.approx(float(want), rel=1e-5)
+        for g, w in zip(got_grads, want_grads, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
+    # the distillation term is there at p < p_max: alpha 0 gives another loss
+    assert float(objective(x, y, mask, torch.tensor(3), choices)) != pytest.approx(
+        float(torch.nn.functional.cross_entropy(objective._logits(torch.tensor(4), x), y))
+    )
