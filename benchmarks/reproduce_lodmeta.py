@@ -88,6 +88,9 @@ SETTINGS: dict[str, tuple[list[str], int]] = {
     "smallworld-5shot": (["graph.name=watts_strogatz", "graph.k=4", "graph.p=0.3"], 5),
     "smallworld-1shot": (["graph.name=watts_strogatz", "graph.k=4", "graph.p=0.3"], 1),
 }
+#: the label of FedMAML at one client a round (``--set algorithm_params.clients_per_round=1``),
+#: the paper's "MAML (1 client)", drawn beside MAML in the figures
+ONE_CLIENT = "1client"
 #: steps of every config's run (sweeps/configs/lodmeta/): a run with fewer is still under way
 STEPS = 2000
 #: ``--early``: a run's first steps again, evaluated densely (claim 2's cost to reach a target is
@@ -646,6 +649,10 @@ def figure_curves(
         if any(r["method"] == method and r["seed"] == seed for r in chosen):
             only_early = _find(runs, setting, method, seed, "") is None
             curves[method] = (merged_curve(runs, setting, method, seed), only_early)
+    # the paper's "MAML (1 client)" beside MAML: FedMAML at one client a round (--label 1client)
+    one = _find(runs, setting, "fedmaml", seed, ONE_CLIENT)
+    if one is not None and one["curve"]:
+        curves["fedmaml (1 client)"] = (one["curve"], False)
     lod = _find(runs, setting, "lodmeta", seed, "")
     target = claim2_target(lod) if lod and lod["curve"] and full_length(lod) else None
     return seed, curves, target

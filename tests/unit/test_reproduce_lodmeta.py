@@ -361,6 +361,13 @@ def test_the_figure_shows_early_only_runs_and_claim_2s_target(tmp_path: Path) ->
     assert [p[0] for p in curves["l2c"][0]] == [3, 6] and curves["l2c"][1]
     assert target == pytest.approx(0.95 * 0.9)
     assert mod["figure_curves"](runs, "smallworld-5shot") is None
+    # the paper's "MAML (1 client)" beside MAML: FedMAML's run at one client a round
+    _write_run(tmp_path, "regular-5shot-fedmaml-s0", [(8, 0.7, 0.7), (16, 0.8, 0.8)])
+    _write_run(tmp_path, "regular-5shot-fedmaml-1client-s0", [(2, 0.6, 0.7), (4, 0.7, 0.7)])
+    runs = mod["read_runs"](tmp_path)
+    curves = mod["figure_curves"](runs, "regular-5shot")[1]
+    assert list(curves) == ["lodmeta", "fedmaml", "l2c", "fedmaml (1 client)"]
+    assert [p[0] for p in curves["fedmaml (1 client)"][0]] == [2, 4]
     written = mod["plot_curves"](runs, tmp_path / "plots")
     assert written == [str(tmp_path / "plots" / "accuracy_vs_communication-regular-5shot.png")]
     # without an ended LoDMeta run there is no target to draw
