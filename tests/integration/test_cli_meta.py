@@ -14,28 +14,22 @@ import pytest
 import yaml
 
 from tests.integration.sweep_helpers import child_runs, cli, cli_in_process, tiny_spec, write_spec
+from tests.unit.algorithms.test_meta import _raw
 
 
 def _walk(data_root: Path, tmp_path: Path, **extra: Any) -> dict[str, Any]:
-    """A tiny LoDMeta walk: 6 clients on a 3-regular graph, 5-way 2-shot, CONV4 of width 8."""
-    return {
-        "experiment": "tests-meta",
-        "algorithm": "lodmeta",
-        "dataset": "fmnist",
-        "data_root": str(data_root),
-        "model": "conv4",
-        "model_params": {"hidden": 8},
-        "num_clients": 6,
-        "rounds": 4,
-        "lr": 0.001,
-        "eval_every": 2,
-        "seed": 1,
-        "workers": 1,
-        "output_dir": str(tmp_path / "runs"),
-        "fewshot": {"n_way": 5, "k_shot": 2, "query": 4, "test_query": 4, "unseen_clients": 2},
-        "graph": {"name": "regular", "degree": 3},
-        "algorithm_params": {"inner_steps": 1, "inner_lr": 0.1},
-    } | extra
+    """The meta family's tiny LoDMeta walk (tests/unit/algorithms/test_meta.py: 6 clients on a
+    3-regular graph, 5-way 2-shot), CONV4 of width 8, one inner step, into ``tmp_path``."""
+    return (
+        _raw(
+            data_root,
+            experiment="tests-meta",
+            model_params={"hidden": 8},
+            output_dir=str(tmp_path / "runs"),
+            algorithm_params={"inner_steps": 1, "inner_lr": 0.1},
+        )
+        | extra
+    )
 
 
 def test_a_noised_walk_runs_end_to_end_at_the_default_clip(data_root: Path, tmp_path: Path) -> None:
