@@ -209,6 +209,9 @@ class Engine:
         }
         self.round = 0  # rounds completed
         self.totals = {"bytes_up": 0.0, "bytes_down": 0.0, "seconds": 0.0}
+        #: per client, the bytes it uploaded and received over the run ([up, down]); None when
+        #: the run resumed a checkpoint that did not count them (never an undercount)
+        self.client_bytes: dict[int, list[float]] | None = {}
         self.history: list[RoundResult] = []
         self._costs: dict[int, dict[str, Any]] | None = None
         self.early_stopping_metric = early_stopping_metric
@@ -359,6 +362,10 @@ class Engine:
             up = tensor_bytes(res.upload)
             bytes_up += up
             per_client.append((res.client_id, float(up), down[res.client_id], res.metrics))
+            if self.client_bytes is not None:
+                mine = self.client_bytes.setdefault(res.client_id, [0.0, 0.0])
+                mine[0] += float(up)
+                mine[1] += down[res.client_id]
             # kept on the CPU whatever the executor produced (checkpoints load anywhere)
             self.client_states[res.client_id] = _on_cpu(res.state)
             alg.accumulate(res)
@@ -622,10 +629,12 @@ class Engine:
         return self._best_evaluation
 
     def client_costs(self) -> dict[int, dict[str, Any]]:
-        """Per client under a capacity setting: its capacity ratio and width, and the
-        parameters, FLOPs of one training batch and peak memory of one training step of the
-        network it trains (flcore.models.cost), measured once per distinct width on a batch of
-        the first such client's own records. Empty without a capacity setting."""
+        """Per client under a capacity setting: its capacity ratio and width, the parameters,
+        FLOPs of one training batch and peak memory of one training step of the network it
+        trains (flcore.models.cost), measured once per distinct width on a batch of the first
+        such client's own records, and the bytes it uploaded and received so far
+        (``bytes_up``, ``bytes_down``; absent when a resumed checkpoint did not count them).
+        Empty without a capacity setting."""
         capacity = self.algorithm.capacity
         if capacity is None:
             return {}
@@ -650,7 +659,15 @@ class Engine:
                     **by_width[width],
                 }
             self._costs = costs
-        return self._costs
+        if self.client_bytes is None:
+            return self._costs
+        return {
+            cid: cost
+            | dict(
+                zip(("bytes_up", "bytes_down"), self.client_bytes.get(cid, [0.0, 0.0]), strict=True)
+            )
+            for cid, cost in self._costs.items()
+        }
 
     def cost_metrics(self) -> dict[str, float]:
         """:meth:`client_costs` per capacity cluster: ``params_width_<p>``,
@@ -673,6 +690,7 @@ class Engine:
             "algorithm": self.algorithm.state_dict(),
             "client_states": self.client_states,
             "totals": dict(self.totals),
+            "client_bytes": None if self.client_bytes is None else dict(self.client_bytes),
             "history": [(h.round, h.client_ids, h.metrics, h.evaluated) for h in self.history],
             "probes": [p.state_dict() for p in self.probes],
             "early_stopping": {
@@ -701,6 +719,10 @@ class Engine:
         self.algorithm.load_state_dict(state["algorithm"])
         self.client_states = dict(state["client_states"])
         self.totals = dict(state["totals"])
+        counted = state.get("client_bytes")  # absent from checkpoints of older code
+        self.client_bytes = (
+            None if counted is None else {int(c): list(b) for c, b in counted.items()}
+        )
         self.history = [RoundResult(*h) for h in state["history"]]
         for probe, probe_state in zip(self.probes, state.get("probes", []), strict=False):
             probe.load_state_dict(probe_state)

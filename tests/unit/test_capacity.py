@@ -209,3 +209,46 @@ def test_lr_decays_per_round() -> None:
 def test_capacity_dataclass_widths() -> None:
     c = Capacity((1.0, 0.3), 1 / 8)
     assert c.widths == (1.0, 0.5) and c.width(1) == 0.5
+
+
+def test_each_clients_bytes_over_the_run_follow_its_width_and_survive_a_checkpoint(
+    data_root: Path, tmp_path: Path
+) -> None:
+    """Issue 24: bytes up and down per client, which differ by width. HeteroFL sends each client
+    its width-p submodel and gets it back: over two full rounds a client's bytes are twice its
+    submodel's; they come back with a checkpoint, and a checkpoint that never counted them
+    (older code) leaves them out rather than count from the resume."""
+    import flcore.algorithms.widths.heterofl  # noqa: F401  (registers)
+
+    cfg = validate_config(
+        _raw(
+            data_root,
+            algorithm="heterofl",
+            rounds=2,
+            capacity={"name": "fixed", "ratios": [1.0, 0.25, 0.25, 0.0625]},
+        )
+    )
+    engine = build_engine(cfg)
+    engine.run()
+    costs = engine.client_costs()
+    for cid, width in enumerate((1.0, 0.5, 0.5, 0.25)):
+        size = 4 * sum(p.numel() for p in ScalableCNNFashionMNIST(width=width).parameters())
+        assert costs[cid]["bytes_down"] == costs[cid]["bytes_up"] == 2 * size, cid
+    assert costs[0]["bytes_down"] > costs[1]["bytes_down"] > costs[3]["bytes_down"]
+    assert sum(c["bytes_down"] for c in costs.values()) == engine.totals["bytes_down"]
+    path = engine.save_checkpoint(tmp_path / "c.pt")
+    resumed = build_engine(cfg)
+    resumed.load_checkpoint(path)
+    again = resumed.client_costs()  # (its peak memory measured anew)
+    for cid, cost in costs.items():
+        assert (again[cid]["bytes_up"], again[cid]["bytes_down"]) == (
+            cost["bytes_up"],
+            cost["bytes_down"],
+        )
+    state = torch.load(path, weights_only=False)
+    del state["client_bytes"]
+    torch.save(state, path)
+    older = build_engine(cfg)
+    older.load_checkpoint(path)
+    assert older.client_bytes is None
+    assert all("bytes_down" not in c for c in older.client_costs().values())
