@@ -49,11 +49,10 @@ def run_experiment(
     The data and the engine are built before the MLflow run is created, so a missing dataset,
     or a config refused once its data is known (a privacy target no noise meets, a disconnected
     graph), writes nothing; an ``early_stopping`` without validation records is refused before
-    that. A run that early
-    stopping ends before ``cfg.rounds`` ends normally (FINISHED), its summary that of its
-    best-validation round with ``rounds_completed``, ``best_round`` and ``early_stopped``
-    (with ``early_stopping.report: all_clients``, every client on that state, with the
-    per-client rows as the artifact ``all_clients.json``).
+    that. A run that early stopping ends before ``cfg.rounds`` ends normally (FINISHED), its
+    summary that of its best-validation round with ``rounds_completed``, ``best_round`` and
+    ``early_stopped`` (with ``early_stopping.report: all_clients``, every client on that state,
+    with the per-client rows as the artifact ``all_clients.json``).
     """
     check_early_stopping(cfg)
     data = build_data(cfg)

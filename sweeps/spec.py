@@ -22,10 +22,10 @@ Decisions checked here, before anything starts (each a ``ConfigError`` naming th
 - Every algorithm's trial config is validated on the base (:func:`trial_experiment_config`
   of one seeded draw of its search space): an algorithm the base cannot run (a walk on a base
   without few-shot clients, a plain one on few-shot clients) is refused here, not trial by
-  trial. The base's
-  ``algorithm_params`` are its own algorithm's (a ready config's, e.g. Pa3dFL's): a trial of
-  another algorithm keeps the keys it takes (a family's shared knobs: LoDMeta's inner loop
-  for LoDMeta-basic) and starts from its defaults for the rest, with a warning naming them.
+  trial. The base's ``algorithm_params`` are its own algorithm's (a ready config's, e.g.
+  Pa3dFL's): a trial of another algorithm keeps the keys it takes (a family's shared knobs:
+  LoDMeta's inner loop for LoDMeta-basic) and starts from its defaults for the rest, with a
+  warning naming them.
 - ``storage.optuna`` is ``sqlite``, ``journal`` or an SQLAlchemy URL of sqlite, postgresql or
   mysql. A URL's database driver must import now (not after Ray started), it may carry no
   password (the spec is logged to MLflow and kept beside the sweep: use ``PGPASSWORD``,
