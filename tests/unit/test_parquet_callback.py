@@ -55,3 +55,28 @@ def test_rewrites_wait_for_both_rounds_and_seconds_and_the_end_has_every_round(
     assert df["round"].tolist() == list(range(1, 42)) and df["round"].dtype == "int64"
     assert (df["seed"] == 3).all() and df["global_accuracy"].isna().all()
     assert df["accuracy"].iloc[-1] == 0.41
+
+
+def test_a_slow_write_lengthens_the_pause_to_keep_the_rewrites_under_max_share(
+    tmp_path: Path,
+) -> None:
+    clock = _Clock()
+
+    class Slow(ParquetCallback):
+        def _dump(self) -> None:  # a write of 2 s (a long run's file)
+            super()._dump()
+            clock.now += 2.0
+
+    cb = Slow(tmp_path / "m.parquet", flush_every=1, min_seconds=30, max_share=0.01, clock=clock)
+    cb.on_round_end(_round(1))
+    assert cb._written_rows == 0
+    clock.now += 30
+    cb.on_round_end(_round(2))
+    assert cb._written_rows == 2  # written; its 2 s make the next pause 200 s
+    for r in range(3, 200):  # one second a round: 197 s
+        clock.now += 1
+        cb.on_round_end(_round(r))
+    assert cb._written_rows == 2
+    clock.now += 3
+    cb.on_round_end(_round(200))
+    assert cb._written_rows == 200
