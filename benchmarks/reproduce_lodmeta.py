@@ -658,6 +658,34 @@ def figure_curves(
     return seed, curves, target
 
 
+def draw_curves(curves: dict[str, Any], target: float | None, title: str):  # type: ignore[no-untyped-def]
+    """The figure of :func:`figure_curves`' curves: training clients (left), unseen clients
+    (right; methods without unseen clients are left out), one colour a method in both."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+    for i, (method, (curve, only_early)) in enumerate(curves.items()):
+        name = method + (f" (first {curve[-1][0]:g} units only)" if only_early else "")
+        units = [c[0] for c in curve]
+        style = {"marker": ".", "label": name, "color": f"C{i}"}
+        axes[0].plot(units, [100 * c[1] for c in curve], **style)
+        unseen = [c[2] for c in curve]
+        if all(u is not None for u in unseen):  # (L2C has no unseen clients)
+            axes[1].plot(units, [100 * float(u) for u in unseen], **style)  # type: ignore[arg-type]
+    if target is not None:
+        axes[0].axhline(
+            100 * target, color="0.5", ls="--", lw=1, label="95% of LoDMeta's final (claim 2)"
+        )
+    for ax, what in zip(axes, ("training clients", "unseen clients"), strict=True):
+        ax.set_xscale("log")
+        ax.set_xlabel("communication (relative units, LoDMeta Table 1)")
+        ax.set_ylabel(f"accuracy of {what} (%)")
+        ax.grid(True, color="0.9")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title)
+    return fig
+
+
 def plot_curves(runs: list[dict[str, Any]], out: Path) -> list[str]:
     """``OUT/accuracy_vs_communication-<setting>.png``: :func:`figure_curves` of each setting,
     training and unseen clients, with claim 2's target as a dashed line (OUT is made if need
@@ -673,25 +701,7 @@ def plot_curves(runs: list[dict[str, Any]], out: Path) -> list[str]:
         if shown is None:
             continue
         seed, curves, target = shown
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
-        for method, (curve, only_early) in curves.items():
-            name = method + (f" (first {curve[-1][0]:g} units only)" if only_early else "")
-            units = [c[0] for c in curve]
-            axes[0].plot(units, [100 * c[1] for c in curve], marker=".", label=name)
-            unseen = [c[2] for c in curve]
-            if all(u is not None for u in unseen):
-                axes[1].plot(units, [100 * float(u) for u in unseen], marker=".", label=name)  # type: ignore[arg-type]
-        if target is not None:
-            axes[0].axhline(
-                100 * target, color="0.5", ls="--", lw=1, label="95% of LoDMeta's final (claim 2)"
-            )
-        for ax, what in zip(axes, ("training clients", "unseen clients"), strict=True):
-            ax.set_xscale("log")
-            ax.set_xlabel("communication (relative units, LoDMeta Table 1)")
-            ax.set_ylabel(f"accuracy of {what} (%)")
-            ax.grid(True, color="0.9")
-        axes[0].legend(fontsize=8)
-        fig.suptitle(f"FMNIST few-shot, {setting}, seed {seed}")
+        fig = draw_curves(curves, target, f"FMNIST few-shot, {setting}, seed {seed}")
         path = out / f"accuracy_vs_communication-{setting}.png"
         out.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)

@@ -368,6 +368,14 @@ def test_the_figure_shows_early_only_runs_and_claim_2s_target(tmp_path: Path) ->
     curves = mod["figure_curves"](runs, "regular-5shot")[1]
     assert list(curves) == ["lodmeta", "fedmaml", "l2c", "fedmaml (1 client)"]
     assert [p[0] for p in curves["fedmaml (1 client)"][0]] == [2, 4]
+    # one colour a method in both panels (L2C, with no unseen clients, only on the left)
+    fig = mod["draw_curves"](curves, 0.8, "t")
+    left = {ln.get_label(): ln.get_color() for ln in fig.axes[0].lines if ln.get_label()[0] != "9"}
+    right = {ln.get_label(): ln.get_color() for ln in fig.axes[1].lines}
+    assert (
+        set(right) == {"lodmeta", "fedmaml", "fedmaml (1 client)"} and len(set(left.values())) == 4
+    )
+    assert all(right[k] == left[k] for k in right)
     written = mod["plot_curves"](runs, tmp_path / "plots")
     assert written == [str(tmp_path / "plots" / "accuracy_vs_communication-regular-5shot.png")]
     # without an ended LoDMeta run there is no target to draw
