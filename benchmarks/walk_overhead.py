@@ -10,8 +10,8 @@ sweep trial or ``fedsweep run`` attaches, each timed on its own:
 - the evaluation of every training and unseen client on evaluation steps (``--eval-every``);
 - MLflow: one ``log_batch`` of the step's metrics into a real sqlite store (the run's
   ``MLflowCallback``);
-- Parquet: the run's ``ParquetCallback`` (rewrites its whole file once 10 rounds and 30 s
-  have passed since its last write; every 10 rounds before session 49);
+- Parquet: the run's ``ParquetCallback`` (rewrites its whole file once 10 rounds and a pause
+  of 30 s or 100 times its last write have passed; every 10 rounds before session 49);
 - a checkpoint every ``--checkpoint-every`` steps (the engine's whole state, every visited
   client's m and v included): seconds and bytes, each one listed.
 
