@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.sweep_helpers import ROOT, child_runs, cli, client
+from tests.integration.sweep_helpers import ROOT, child_runs, cli, client, tiny_spec
 
 METHODS = [
     "pa3dfl",
@@ -39,17 +39,15 @@ AWARE = {"pa3dfl", "flanc", "fjord", "heterofl", "fedrolex", "tailorfl", "pfedga
 def test_each_method_runs_as_a_capacity_trial_from_its_ready_config(
     data_root: Path, tmp_path: Path, method: str
 ) -> None:
-    spec = {
-        "name": f"cap-{method}",
-        "base": str(ROOT / "sweeps" / "configs" / "pa3dfl" / f"fmnist_hetero_{method}.yaml"),
-        "algorithms": [method],
-        "objectives": {"accuracy": "max", "bytes_up": "min"},
-        "num_samples": 1,
-        "max_concurrent_trials": 1,
-        "sampler": {"name": "random", "seed": 2},
-        "storage": {"path": "sweeps_out"},
-        "ray": {"num_cpus": 2},
-    }
+    spec = tiny_spec(  # the spec's base is the ready config's path, shrunk with --set below
+        data_root,
+        name=f"cap-{method}",
+        base=str(ROOT / "sweeps" / "configs" / "pa3dfl" / f"fmnist_hetero_{method}.yaml"),
+        algorithms=[method],
+        num_samples=1,
+        max_concurrent_trials=1,
+        sampler={"name": "random", "seed": 2},
+    )
     (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(spec))
     sets = {
         "base.experiment": "sweep-tests",
