@@ -269,6 +269,18 @@ def all_clients(run: dict[str, Any]) -> dict[str, Any] | None:
     return (run.get("record") or {}).get("all_clients")
 
 
+def _last_round(run: dict[str, Any], curve: list[dict[str, Any]] | None = None) -> int:
+    """The last round a run got to: its ``summary.json``'s, or its curve's when that is
+    further (a run under way logs rounds past the summary its last chunk wrote)."""
+    curve = (read_curve(run) if _has_curve(run) else []) if curve is None else curve
+    return max([int(run["summary"].get("rounds", 0))] + [int(r["round"]) for r in curve])
+
+
+def _summary_current(run: dict[str, Any]) -> bool:
+    """Whether a run's summary covers every round it logged (not one a later chunk passed)."""
+    return int(run["summary"].get("rounds", 0)) >= _last_round(run)
+
+
 def _follows_rule(summary: dict[str, Any], method: str) -> bool:
     """Whether a run's own summary was chosen by the summary's rule (metric and window)."""
     start, end = summary.get("best_window_start"), summary.get("best_round")
@@ -295,7 +307,10 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
         groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1], kv[0][2], kv[0][3])
     ):
         metric = OURS_METRIC[method]
-        scored = [(g, rescore(read_curve(g), method) if _has_curve(g) else None) for g in group]
+        curves = [read_curve(g) if _has_curve(g) else [] for g in group]
+        scored = [
+            (g, rescore(c, method) if c else None) for g, c in zip(group, curves, strict=True)
+        ]
         ours = [
             100 * (r[0] if r is not None else s[metric])
             for g, r in scored
@@ -305,9 +320,10 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
             100 * s[f"{metric}_worst_width"]
             for g in group
             if _follows_rule(s := g["summary"], method)
+            and _summary_current(g)
             and s.get(f"{metric}_worst_width") is not None
         ]
-        done = sorted({int(g["summary"].get("rounds", 0)) for g in group})
+        done = sorted({_last_round(g, c) for g, c in zip(group, curves, strict=True)})
         paper = paper_figure(method, setting, label)
         # an ablation's folder name is its label: its override is the ablation's own
         comparable = rounds == 500 and (not label or label in ABLATIONS)
@@ -364,7 +380,8 @@ def width_table(
 ) -> str:
     """Markdown: each capacity cluster's accuracy (the deployed model's, :data:`OURS_METRIC`)
     for every method's runs of ``setting`` whose summary followed the window rule
-    (:func:`_follows_rule`): one column per (method, label, rounds) with its seed count, one row
+    (:func:`_follows_rule`) and covers every round it logged: one column per (method, label,
+    rounds) with its seed count, one row
     per width, means over the seeds whose draw has that width (a capacity-unaware method's
     seeds may have trained different widths: FedAvg's min_i p_i). The paper reports none; it
     shows who a method serves well (Pa3dFL's narrowest clients against FedAvg's,
@@ -377,7 +394,7 @@ def width_table(
         if every_client:
             summary = all_clients(r) or {}
         if r["setting"] != setting or not (
-            summary if every_client else _follows_rule(summary, method)
+            summary if every_client else _follows_rule(summary, method) and _summary_current(r)
         ):
             continue
         prefix = f"{OURS_METRIC[method]}_width_"

@@ -136,6 +136,38 @@ def test_the_summary_compares_only_ended_runs_of_the_papers_setting() -> None:
     assert "| - | -" in table([ideal])  # no Ideal figure in Table 3's FMNIST column
 
 
+def test_a_run_under_way_is_read_from_its_log_not_its_last_chunks_summary(
+    tmp_path: Path,
+) -> None:
+    import runpy
+
+    mod = runpy.run_path(str(SCRIPT), run_name="reproduce")
+    # the summary.json a stopped chunk wrote at round 11; the resumed run has logged to 103
+    summary = {"rounds": 11, "early_stopped": 0.0, "accuracy": 0.70, "best_round": 11,
+               "best_window_start": 2, "best_val_accuracy": 0.72,
+               "accuracy_worst_width": 0.70, "accuracy_width_0.5": 0.70}  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(
+            json.dumps({"round": r, "val_accuracy": 0.85, "accuracy": 0.86}) + "\n"
+            for r in range(1, 104)
+        )
+    )
+    run = {"setting": "hetero", "method": "pa3dfl", "label": "", "rounds": 500, "seed": 0,
+           "summary": summary, "folder": str(tmp_path)}  # fmt: skip
+    row = next(line for line in mod["summary_table"]([run]).splitlines() if "| pa3dfl |" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "500 (ran 103)"  # the log's last round, not the summary's 11
+    assert cells[4] == "86.00 (accuracy)"  # rescored from the log
+    assert cells[6] == "n/a (run not ended)"
+    assert cells[7] == "-"  # the stale summary's worst width (70.00) is not shown
+    assert mod["width_table"]([run]) == ""  # nor its per-width figures
+    # once the summary covers the log (the chunk ended), both come back
+    summary["rounds"] = 103
+    row = next(line for line in mod["summary_table"]([run]).splitlines() if "| pa3dfl |" in line)
+    assert row.split("|")[3].strip() == "500 (ran 103)" and row.split("|")[8].strip() == "70.00"
+    assert "| 0.5 | 70.00 |" in mod["width_table"]([run])
+
+
 def test_ablation_sets_its_override_and_refuses_other_methods(tmp_path: Path) -> None:
     import runpy
 
