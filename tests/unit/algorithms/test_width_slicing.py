@@ -381,3 +381,26 @@ def test_fjords_self_distillation_is_sec_3_3s_loss_with_a_fixed_teacher(data_roo
     assert float(objective(x, y, mask, torch.tensor(3), choices)) != pytest.approx(
         float(torch.nn.functional.cross_entropy(objective._logits(torch.tensor(4), x), y))
     )
+
+
+def test_fedrolex_at_full_width_is_fedavg(data_root: Path) -> None:
+    """Under ``capacity: ideal`` every FedRolex window is the whole layer: the same model,
+    batches, steps and (equal-weight) mean as FedAvg, so the two runs agree to float rounding.
+    (Pa3dFL's Ideal configs of the two differ only in the algorithm: BENCHMARKS.md, session 50.)"""
+    states, summaries, init = {}, {}, {}
+    for algorithm in ("fedavg", "fedrolex"):
+        cfg = _cfg(data_root, algorithm, [1.0], capacity={"name": "ideal"}, num_clients=3,
+                   rounds=2, eval_every=1, client_fraction=1.0)  # fmt: skip
+        engine = build_engine(cfg)
+        model = engine.algorithm.global_model()
+        if init:  # the same start (each draws its initial weights its own way)
+            model.load_state_dict(init)
+        init = {k: v.clone() for k, v in model.state_dict().items()}
+        summaries[algorithm] = engine.run()
+        states[algorithm] = engine.algorithm.global_model().state_dict()
+    assert states["fedavg"].keys() == states["fedrolex"].keys()
+    for key, value in states["fedavg"].items():
+        torch.testing.assert_close(states["fedrolex"][key], value, rtol=1e-5, atol=1e-6)
+    for key in ("accuracy", "accuracy_before", "train_loss"):
+        assert summaries["fedavg"][key] is not None
+        assert summaries["fedrolex"][key] == pytest.approx(summaries["fedavg"][key], abs=1e-4)
