@@ -492,6 +492,87 @@ def paired_table(runs: list[dict[str, Any]], anchor: str = PAIRED_ANCHOR) -> str
     return "\n".join(head + lines)
 
 
+def trailing_means(curve: list[dict[str, Any]], key: str, window: int = WINDOW) -> list[tuple]:
+    """``(round, mean)`` of ``key`` over the last ``window`` rounds that measured it (fewer at
+    the start), the figure early stopping tracks (:func:`rescore`), one pair per such round."""
+    measured = [r for r in curve if r.get(key) is not None and math.isfinite(r[key])]
+    return [
+        (int(r["round"]), window_mean([x[key] for x in measured[max(0, i + 1 - window) : i + 1]]))
+        for i, r in enumerate(measured)
+    ]
+
+
+#: one colour a method in every figure (matplotlib's ten, then grey; Pa3dFL black)
+COLOURS = dict(enumerate([*(f"C{i}" for i in range(10)), "0.6", "black"]))
+
+
+def draw_setting(runs: list[dict[str, Any]], setting: str):  # type: ignore[no-untyped-def]
+    """The figure of one setting's runs, or None if none has a curve: each (method, label,
+    rounds)'s lowest seed, the deployed model's accuracy (:data:`OURS_METRIC`) by round as the
+    :data:`WINDOW`-round trailing mean early stopping tracks (:func:`trailing_means`), to the
+    run's last logged round (runs under way end early), with the paper's figure as a dot of the
+    same colour at round 500 where the run is the paper's method and setting or a Table 3
+    ablation. One colour a method (:data:`COLOURS`; Pa3dFL's black and thicker); solid: the
+    config's 500 rounds, dashed: shorter runs (r200), dotted: labelled variants."""
+    import matplotlib.pyplot as plt
+
+    order = {m: i for i, m in enumerate(METHODS)}
+    first: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for r in sorted(runs, key=lambda r: r["seed"]):
+        if r["setting"] == setting and _has_curve(r):
+            first.setdefault((r["method"], r["label"], r["rounds"]), r)
+    if not first:
+        return None
+    fig, ax = plt.subplots(figsize=(9, 5.2), layout="constrained")
+    for key in sorted(first, key=lambda k: (order[k[0]], k[1], k[2])):
+        (method, label, rounds), run = key, first[key]
+        points = trailing_means(read_curve(run), OURS_METRIC[method])
+        if not points:
+            continue
+        name = f"{method} ({label})" if label else method
+        style = ":" if label and label not in ABLATIONS else "-" if rounds == 500 else "--"
+        colour = COLOURS[order[method]]
+        ax.plot(
+            [p[0] for p in points],
+            [100 * p[1] for p in points],
+            ls=style,
+            lw=2.0 if method == PAIRED_ANCHOR else 1.3,
+            color=colour,
+            label=f"{name}, r{rounds}, seed {run['seed']}",
+        )
+        paper = paper_figure(method, setting, label)
+        if paper is not None and (not label or label in ABLATIONS):
+            ax.plot([500], [paper], "o", ms=5, color=colour)
+    ax.set_ylim(bottom=max(ax.get_ylim()[0], 60))
+    ax.set_xlabel("round")
+    ax.set_ylabel(f"accuracy of the deployed model (%), {WINDOW}-round trailing mean")
+    ax.set_title(f"Pa3dFL Table 1, Fashion-MNIST {setting}: ours by round; dots at 500: the paper")
+    ax.grid(True, color="0.9")
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    return fig
+
+
+def plot_curves(runs: list[dict[str, Any]], out: Path) -> list[str]:
+    """``OUT/table1-<setting>.png`` of each setting with runs (:func:`draw_setting`; OUT is made
+    if need be); the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for setting in SETTINGS:
+        fig = draw_setting(runs, setting)
+        if fig is None:
+            continue
+        path = out / f"table1-{setting}.png"
+        out.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(str(path))
+    return written
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
@@ -519,7 +600,16 @@ def main(argv: list[str] | None = None) -> None:
         choices=sorted(ABLATIONS),
         help="a Table 3 ablation of Pa3dFL (sets its override and label, compared with Table 3)",
     )
+    ap.add_argument(
+        "--plot",
+        type=Path,
+        metavar="DIR",
+        help="with --summary, also draw each setting's curves to DIR/table1-<setting>.png "
+        "(plot_curves; the paths go to stderr)",
+    )
     args = ap.parse_args(argv)
+    if args.plot is not None and not args.summary:
+        ap.error("--plot draws the --summary's runs: give --summary too")
     if args.ablation:
         if args.methods == list(METHODS):
             args.methods = ["pa3dfl"]
@@ -539,6 +629,8 @@ def main(argv: list[str] | None = None) -> None:
         if widths:
             print("\nThe same, every client on the run's best-validation state (all_clients):\n")
             print(widths)
+        if args.plot is not None:
+            print("\n".join(plot_curves(runs, args.plot)), file=sys.stderr)
         paired = paired_table(runs)
         if paired:
             print(

@@ -168,6 +168,67 @@ def test_a_run_under_way_is_read_from_its_log_not_its_last_chunks_summary(
     assert "| 0.5 | 70.00 |" in mod["width_table"]([run])
 
 
+def test_the_figure_draws_each_runs_trailing_window_and_the_papers_dot(tmp_path: Path) -> None:
+    import runpy
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    mod = runpy.run_path(str(SCRIPT), run_name="reproduce")
+    assert mod["trailing_means"]([{"round": r, "a": r / 10} for r in (1, 2, 3, 4)], "a", 2) == [
+        (1, 0.1),
+        (2, 0.15),
+        (3, 0.25),
+        (4, 0.35),
+    ]
+
+    def run(method: str, seed: int, value: float, label: str = "", rounds: int = 500) -> dict:
+        folder = tmp_path / f"{method}{label}{seed}"
+        folder.mkdir()
+        key = mod["OURS_METRIC"][method]
+        (folder / "metrics.jsonl").write_text(
+            "".join(json.dumps({"round": r, key: value + r / 1000}) + "\n" for r in (1, 2, 3))
+        )
+        return {"setting": "hetero", "method": method, "label": label, "rounds": rounds,
+                "seed": seed, "summary": {"rounds": 3}, "folder": str(folder)}  # fmt: skip
+
+    runs = [run("pa3dfl", 1, 0.5), run("pa3dfl", 0, 0.8), run("fedavg", 0, 0.7),
+            run("ditto", 0, 0.6, rounds=200), run("pa3dfl", 0, 0.9, label="hnlr1")]  # fmt: skip
+    assert mod["draw_setting"](runs, "ideal") is None  # no Ideal run
+    fig = mod["draw_setting"](runs, "hetero")
+    lines = {line.get_label(): line for line in fig.axes[0].lines}
+    curves = {k: v for k, v in lines.items() if not k.startswith("_")}
+    assert list(curves) == [  # METHODS' order; each (method, label, rounds)'s lowest seed
+        "fedavg, r500, seed 0",
+        "ditto, r200, seed 0",
+        "pa3dfl, r500, seed 0",
+        "pa3dfl (hnlr1), r500, seed 0",
+    ]
+    pa3dfl = curves["pa3dfl, r500, seed 0"]
+    assert list(pa3dfl.get_xdata()) == [1, 2, 3]
+    # the 10-round trailing mean in percent: 80.1, mean(80.1, 80.2), mean(80.1..80.3)
+    assert list(pa3dfl.get_ydata()) == pytest.approx([80.1, 80.15, 80.2])
+    assert pa3dfl.get_linestyle() == "-" and curves["ditto, r200, seed 0"].get_linestyle() == "--"
+    assert curves["pa3dfl (hnlr1), r500, seed 0"].get_linestyle() == ":"
+    dots = [
+        (list(v.get_xdata()), list(v.get_ydata())) for k, v in lines.items() if k.startswith("_")
+    ]
+    # Table 1's Hetero cells of FedAvg, Ditto and Pa3dFL; none for the labelled variant
+    assert sorted(dots) == sorted([([500], [87.76]), ([500], [86.51]), ([500], [89.55])])
+    written = mod["plot_curves"](runs, tmp_path / "plots")
+    assert written == [str(tmp_path / "plots" / "table1-hetero.png")]
+    assert Path(written[0]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_needs_summary(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--plot", str(tmp_path / "p"), "--out", str(tmp_path)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--plot draws the --summary's runs" in done.stderr
+    assert not (tmp_path / "p").exists() and list(tmp_path.iterdir()) == []
+
+
 def test_ablation_sets_its_override_and_refuses_other_methods(tmp_path: Path) -> None:
     import runpy
 
