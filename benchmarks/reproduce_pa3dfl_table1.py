@@ -227,6 +227,16 @@ def read_runs(out: Path, records: Path | None = None) -> list[dict[str, Any]]:
     return [r | {"rounds": int(r["rounds"])} for r in scan_runs(out, _RUN, METHODS, records)]
 
 
+def trailing_means(curve: list[dict[str, Any]], key: str, window: int = WINDOW) -> list[tuple]:
+    """``(round, mean)`` of ``key`` over the last ``window`` rounds that measured it (fewer at
+    the start), the figure early stopping tracks (:func:`rescore`), one pair per such round."""
+    measured = [r for r in curve if r.get(key) is not None and math.isfinite(r[key])]
+    return [
+        (int(r["round"]), window_mean([x[key] for x in measured[max(0, i + 1 - window) : i + 1]]))
+        for i, r in enumerate(measured)
+    ]
+
+
 def rescore(
     curve: list[dict[str, Any]], method: str, window: int = WINDOW
 ) -> tuple[float, int, int] | None:
@@ -235,16 +245,12 @@ def rescore(
     at the start, as flcore.engine tracks it), and the mean of :data:`OURS_METRIC` over those
     rounds, with the window's first and last round. None if nothing was measured."""
     select, report = SELECT_METRIC[method], OURS_METRIC[method]
-    measured = [r for r in curve if r.get(select) is not None and math.isfinite(r[select])]
-    best: tuple[float, int] | None = None
-    for i in range(len(measured)):
-        rows = measured[max(0, i + 1 - window) : i + 1]
-        value = window_mean([r[select] for r in rows])
-        if best is None or value > best[0]:
-            best = (value, i)
-    if best is None:
+    means = trailing_means(curve, select, window)
+    if not means:
         return None
-    rows = measured[max(0, best[1] + 1 - window) : best[1] + 1]
+    best = max(range(len(means)), key=lambda i: (means[i][1], -i))  # the first best
+    measured = [r for r in curve if r.get(select) is not None and math.isfinite(r[select])]
+    rows = measured[max(0, best + 1 - window) : best + 1]
     figures = [r[report] for r in rows if r.get(report) is not None]
     if not figures:
         return None
@@ -381,11 +387,10 @@ def width_table(
     """Markdown: each capacity cluster's accuracy (the deployed model's, :data:`OURS_METRIC`)
     for every method's runs of ``setting`` whose summary followed the window rule
     (:func:`_follows_rule`) and covers every round it logged: one column per (method, label,
-    rounds) with its seed count, one row
-    per width, means over the seeds whose draw has that width (a capacity-unaware method's
-    seeds may have trained different widths: FedAvg's min_i p_i). The paper reports none; it
-    shows who a method serves well (Pa3dFL's narrowest clients against FedAvg's,
-    BENCHMARKS.md). ``every_client``: the clusters of each run's all-client evaluation
+    rounds) with its seed count, one row per width, means over the seeds whose draw has that
+    width (a capacity-unaware method's seeds may have trained different widths: FedAvg's
+    min_i p_i). The paper reports none; it shows who a method serves well (Pa3dFL's narrowest
+    clients against FedAvg's, BENCHMARKS.md). ``every_client``: the clusters of each run's all-client evaluation
     (:func:`all_clients`) instead, for the runs that have one. Empty when no run qualifies."""
     columns: dict[tuple[str, str, int], dict[float, list[float]]] = {}
     seeds: dict[tuple[str, str, int], set[int]] = {}
@@ -490,16 +495,6 @@ def paired_table(runs: list[dict[str, Any]], anchor: str = PAIRED_ANCHOR) -> str
         "|---|---|---|---|---|---|---|---|---|",
     ]
     return "\n".join(head + lines)
-
-
-def trailing_means(curve: list[dict[str, Any]], key: str, window: int = WINDOW) -> list[tuple]:
-    """``(round, mean)`` of ``key`` over the last ``window`` rounds that measured it (fewer at
-    the start), the figure early stopping tracks (:func:`rescore`), one pair per such round."""
-    measured = [r for r in curve if r.get(key) is not None and math.isfinite(r[key])]
-    return [
-        (int(r["round"]), window_mean([x[key] for x in measured[max(0, i + 1 - window) : i + 1]]))
-        for i, r in enumerate(measured)
-    ]
 
 
 #: one colour a method in every figure (matplotlib's ten, then grey; Pa3dFL black)
