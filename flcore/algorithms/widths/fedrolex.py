@@ -30,7 +30,9 @@ Choices where the paper is silent, and deviations:
   full-width client's submodel is the server model itself.
 - ``accuracy_before`` is the received submodel on the client's test set, ``accuracy`` the trained
   one. The attack surface is the client's submodel at the broadcast weights.
-- Pa3dFL Table 7: lr 0.1; no algorithm parameter. No DP mechanism.
+- Pa3dFL Table 7: lr 0.1; no algorithm parameter. No DP mechanism. Under ``capacity: ideal``
+  every window is the whole layer, and FedRolex is FedAvg's computation (from the same start,
+  ``tests/unit/algorithms/test_width_slicing.py``).
 - The vectorized executor (``executor: vectorized``) trains every client's submodel zero-padded
   into the full-width network, its channels in the submodel's own (ascending) order, on plain
   cross-entropy; equal to the loop within 1e-9 in float64 (``tests/unit/test_vectorized.py``).

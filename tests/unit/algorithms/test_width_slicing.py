@@ -383,24 +383,32 @@ def test_fjords_self_distillation_is_sec_3_3s_loss_with_a_fixed_teacher(data_roo
     )
 
 
-def test_fedrolex_at_full_width_is_fedavg(data_root: Path) -> None:
-    """Under ``capacity: ideal`` every FedRolex window is the whole layer: the same model,
-    batches, steps and (equal-weight) mean as FedAvg, so the two runs agree to float rounding.
-    (Pa3dFL's Ideal configs of the two differ only in the algorithm: BENCHMARKS.md, session 50.)"""
+@pytest.mark.parametrize("algorithm", ["fedrolex", "heterofl"])
+def test_at_full_width_the_sliced_methods_are_fedavg(data_root: Path, algorithm: str) -> None:
+    """Under ``capacity: ideal`` every FedRolex window and HeteroFL slice is the whole layer
+    (HeteroFL's Scaler is 1 there, and its label mask masks nothing when, as here, every client
+    holds every class): the same model, batches, steps and (equal-weight) mean as FedAvg, so
+    the runs agree to float rounding. (Pa3dFL's Ideal FedRolex config differs from FedAvg's
+    only in the algorithm, HeteroFL's also in its lr: BENCHMARKS.md, session 50.)"""
     states, summaries, init = {}, {}, {}
-    for algorithm in ("fedavg", "fedrolex"):
+    for algorithm in ("fedavg", algorithm):
         cfg = _cfg(data_root, algorithm, [1.0], capacity={"name": "ideal"}, num_clients=3,
-                   rounds=2, eval_every=1, client_fraction=1.0)  # fmt: skip
+                   samples_per_client=200, rounds=2, eval_every=1,
+                   client_fraction=1.0)  # fmt: skip
         engine = build_engine(cfg)
         model = engine.algorithm.global_model()
         if init:  # the same start (each draws its initial weights its own way)
             model.load_state_dict(init)
         init = {k: v.clone() for k, v in model.state_dict().items()}
+        if algorithm == "heterofl":
+            for cid in range(3):
+                labels = engine.data.client_train(cid).labels
+                assert set(labels.tolist()) == set(range(10))  # the mask keeps every class
         summaries[algorithm] = engine.run()
         states[algorithm] = engine.algorithm.global_model().state_dict()
-    assert states["fedavg"].keys() == states["fedrolex"].keys()
+    assert states["fedavg"].keys() == states[algorithm].keys()
     for key, value in states["fedavg"].items():
-        torch.testing.assert_close(states["fedrolex"][key], value, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(states[algorithm][key], value, rtol=1e-5, atol=1e-6)
     for key in ("accuracy", "accuracy_before", "train_loss"):
         assert summaries["fedavg"][key] is not None
-        assert summaries["fedrolex"][key] == pytest.approx(summaries["fedavg"][key], abs=1e-4)
+        assert summaries[algorithm][key] == pytest.approx(summaries["fedavg"][key], abs=1e-4)
