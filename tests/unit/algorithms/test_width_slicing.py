@@ -391,8 +391,8 @@ def test_at_full_width_the_sliced_methods_are_fedavg(data_root: Path, algorithm:
     the runs agree to float rounding. (Pa3dFL's Ideal FedRolex config differs from FedAvg's
     only in the algorithm, HeteroFL's also in its lr: BENCHMARKS.md, session 50.)"""
     states, summaries, init = {}, {}, {}
-    for algorithm in ("fedavg", algorithm):
-        cfg = _cfg(data_root, algorithm, [1.0], capacity={"name": "ideal"}, num_clients=3,
+    for name in ("fedavg", algorithm):
+        cfg = _cfg(data_root, name, [1.0], capacity={"name": "ideal"}, num_clients=3,
                    samples_per_client=200, rounds=2, eval_every=1,
                    client_fraction=1.0)  # fmt: skip
         engine = build_engine(cfg)
@@ -400,12 +400,12 @@ def test_at_full_width_the_sliced_methods_are_fedavg(data_root: Path, algorithm:
         if init:  # the same start (each draws its initial weights its own way)
             model.load_state_dict(init)
         init = {k: v.clone() for k, v in model.state_dict().items()}
-        if algorithm == "heterofl":
+        if name == "heterofl":
             for cid in range(3):
                 labels = engine.data.client_train(cid).labels
                 assert set(labels.tolist()) == set(range(10))  # the mask keeps every class
-        summaries[algorithm] = engine.run()
-        states[algorithm] = engine.algorithm.global_model().state_dict()
+        summaries[name] = engine.run()
+        states[name] = engine.algorithm.global_model().state_dict()
     assert states["fedavg"].keys() == states[algorithm].keys()
     for key, value in states["fedavg"].items():
         torch.testing.assert_close(states[algorithm][key], value, rtol=1e-5, atol=1e-6)
