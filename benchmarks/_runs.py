@@ -51,6 +51,7 @@ __all__ = [
     "resume_run",
     "run_ended",
     "runs_dir",
+    "save_figure",
     "scan_runs",
     "truncate_log",
     "write_record",
@@ -442,6 +443,17 @@ def read_curve(run: dict[str, Any]) -> list[dict[str, Any]]:
         return [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
     curve = run["record"]["curve"]
     return [dict(zip(curve["columns"], row, strict=True)) for row in curve["rows"]]
+
+
+def save_figure(fig: Any, path: Path) -> str:
+    """Write a matplotlib figure to ``path`` as a PNG (its folder made if need be: on a fresh
+    machine a summary reads the committed records alone), close it, and return the path."""
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
 
 
 def truncate_log(log: Path, rounds_done: int) -> None:

@@ -71,6 +71,7 @@ from _runs import (  # noqa: E402
     records_dir,
     resume_run,
     run_ended,
+    save_figure,
     scan_runs,
     seed_cell,
 )
@@ -693,8 +694,6 @@ def plot_curves(runs: list[dict[str, Any]], out: Path) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     written = []
     for setting in SETTINGS:
         shown = figure_curves(runs, setting)
@@ -702,11 +701,7 @@ def plot_curves(runs: list[dict[str, Any]], out: Path) -> list[str]:
             continue
         seed, curves, target = shown
         fig = draw_curves(curves, target, f"FMNIST few-shot, {setting}, seed {seed}")
-        path = out / f"accuracy_vs_communication-{setting}.png"
-        out.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(str(path))
+        written.append(save_figure(fig, out / f"accuracy_vs_communication-{setting}.png"))
     return written
 
 

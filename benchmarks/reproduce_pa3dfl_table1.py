@@ -92,6 +92,7 @@ from _runs import (  # noqa: E402
     replay_best,
     resume_run,
     run_ended,
+    save_figure,
     scan_runs,
     seed_cell,
 )
@@ -390,8 +391,9 @@ def width_table(
     rounds) with its seed count, one row per width, means over the seeds whose draw has that
     width (a capacity-unaware method's seeds may have trained different widths: FedAvg's
     min_i p_i). The paper reports none; it shows who a method serves well (Pa3dFL's narrowest
-    clients against FedAvg's, BENCHMARKS.md). ``every_client``: the clusters of each run's all-client evaluation
-    (:func:`all_clients`) instead, for the runs that have one. Empty when no run qualifies."""
+    clients against FedAvg's, BENCHMARKS.md). ``every_client``: the clusters of each run's
+    all-client evaluation (:func:`all_clients`) instead, for the runs that have one. Empty when
+    no run qualifies."""
     columns: dict[tuple[str, str, int], dict[float, list[float]]] = {}
     seeds: dict[tuple[str, str, int], set[int]] = {}
     for r in runs:
@@ -548,24 +550,13 @@ def draw_setting(runs: list[dict[str, Any]], setting: str):  # type: ignore[no-u
 
 
 def plot_curves(runs: list[dict[str, Any]], out: Path) -> list[str]:
-    """``OUT/table1-<setting>.png`` of each setting with runs (:func:`draw_setting`; OUT is made
-    if need be); the paths written."""
+    """``OUT/table1-<setting>.png`` of each setting with runs (:func:`draw_setting`); the paths
+    written."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    written = []
-    for setting in SETTINGS:
-        fig = draw_setting(runs, setting)
-        if fig is None:
-            continue
-        path = out / f"table1-{setting}.png"
-        out.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(str(path))
-    return written
+    figures = {s: draw_setting(runs, s) for s in SETTINGS}
+    return [save_figure(f, out / f"table1-{s}.png") for s, f in figures.items() if f is not None]
 
 
 def main(argv: list[str] | None = None) -> None:
