@@ -574,14 +574,20 @@ def claim_line(n: int, text: str, parts: list[tuple[str, str]]) -> str:
 
 
 def scan_runs(
-    out: Path, pattern: Any, methods: Any, records: Path | None = None
+    out: Path,
+    pattern: Any,
+    methods: Any,
+    records: Path | None = None,
+    *,
+    under_way: bool = False,
 ) -> list[dict[str, Any]]:
     """Every run under ``out`` whose name matches ``pattern`` (a compiled regex with groups
     ``setting``, ``name`` and ``seed``, and any others) and that holds a ``summary.json``, and
     every record ``<run>.json`` under ``records`` whose run has no such folder in ``out``: the
     groups (``seed`` as an int), ``method`` (the longest of ``methods`` the name starts with),
     ``label`` (the rest of the name), ``summary``, and ``folder`` (``None`` for a record) or
-    ``record`` (the record's JSON)."""
+    ``record`` (the record's JSON). ``under_way``: also the folders with a ``metrics.jsonl``
+    and no summary yet (a first chunk still running), their summary ``{}``."""
     found: dict[str, tuple[dict[str, Any], Path | None, dict[str, Any] | None]] = {}
     for file in sorted(records.glob("*.json")) if records is not None and records.is_dir() else []:
         doc = json.loads(file.read_text())
@@ -590,6 +596,8 @@ def scan_runs(
         summary_file = folder / "summary.json"
         if summary_file.is_file():
             found[folder.name] = (json.loads(summary_file.read_text()), folder, None)
+        elif under_way and (folder / "metrics.jsonl").is_file():
+            found[folder.name] = ({}, folder, None)
     runs = []
     for run_name in sorted(found):
         m = pattern.match(run_name)

@@ -223,9 +223,11 @@ def run_one(
 
 
 def read_runs(out: Path, records: Path | None = None) -> list[dict[str, Any]]:
-    """Every run folder under ``out`` with a ``summary.json``, and every record under
-    ``records`` of a run with no such folder: its name parts and summary."""
-    return [r | {"rounds": int(r["rounds"])} for r in scan_runs(out, _RUN, METHODS, records)]
+    """Every run folder under ``out`` with a ``summary.json`` or a ``metrics.jsonl`` (a run
+    whose first chunk is still running: summary ``{}``), and every record under ``records`` of
+    a run with no such folder: its name parts and summary."""
+    found = scan_runs(out, _RUN, METHODS, records, under_way=True)
+    return [r | {"rounds": int(r["rounds"])} for r in found]
 
 
 def trailing_means(curve: list[dict[str, Any]], key: str, window: int = WINDOW) -> list[tuple]:

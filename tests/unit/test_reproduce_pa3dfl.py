@@ -168,6 +168,34 @@ def test_a_run_under_way_is_read_from_its_log_not_its_last_chunks_summary(
     assert "| 0.5 | 70.00 |" in mod["width_table"]([run])
 
 
+def test_a_run_in_its_first_chunk_is_listed_as_under_way(tmp_path: Path) -> None:
+    import runpy
+
+    mod = runpy.run_path(str(SCRIPT), run_name="reproduce")
+    folder = tmp_path / "hetero-pa3dfl-no-hn-r500-s0"  # no summary.json: never stopped yet
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text(
+        "".join(
+            json.dumps({"round": r, "val_accuracy": 0.78, "accuracy": 0.77}) + "\n"
+            for r in range(1, 31)
+        )
+    )
+    (tmp_path / "ideal-fedavg-r500-s0").mkdir()  # neither file: not a run
+    runs = mod["read_runs"](tmp_path, None)
+    assert [(r["method"], r["label"], r["summary"]) for r in runs] == [("pa3dfl", "no-hn", {})]
+    row = next(line for line in mod["summary_table"](runs).splitlines() if "no-hn" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:8] == [
+        "500 (ran 30)",
+        "1",
+        "77.00 (accuracy)",  # rescored from its log
+        "78.94",  # Table 3's figure
+        "n/a (run not ended)",
+        "-",  # no worst width without a summary
+    ]
+    assert mod["width_table"](runs) == "" and mod["paired_table"](runs) == ""
+
+
 def test_the_figure_draws_each_runs_trailing_window_and_the_papers_dot(tmp_path: Path) -> None:
     import runpy
 
