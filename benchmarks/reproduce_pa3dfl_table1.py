@@ -512,7 +512,8 @@ def draw_setting(runs: list[dict[str, Any]], setting: str):  # type: ignore[no-u
     run's last logged round (runs under way end early), with the paper's figure as a dot of the
     same colour at round 500 where the run is the paper's method and setting or a Table 3
     ablation. One colour a method (:data:`COLOURS`; Pa3dFL's black and thicker); solid: the
-    config's 500 rounds, dashed: shorter runs (r200), dotted: labelled variants."""
+    config's 500 rounds, dashed: shorter runs (r200), dash-dotted: Table 3's ablations (Pa3dFL's
+    colour too), dotted: other labelled variants."""
     import matplotlib.pyplot as plt
 
     order = {m: i for i, m in enumerate(METHODS)}
@@ -529,7 +530,7 @@ def draw_setting(runs: list[dict[str, Any]], setting: str):  # type: ignore[no-u
         if not points:
             continue
         name = f"{method} ({label})" if label else method
-        style = ":" if label and label not in ABLATIONS else "-" if rounds == 500 else "--"
+        style = "-." if label in ABLATIONS else ":" if label else "-" if rounds == 500 else "--"
         colour = COLOURS[order[method]]
         ax.plot(
             [p[0] for p in points],

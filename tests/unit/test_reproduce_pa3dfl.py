@@ -221,7 +221,8 @@ def test_the_figure_draws_each_runs_trailing_window_and_the_papers_dot(tmp_path:
                 "seed": seed, "summary": {"rounds": 3}, "folder": str(folder)}  # fmt: skip
 
     runs = [run("pa3dfl", 1, 0.5), run("pa3dfl", 0, 0.8), run("fedavg", 0, 0.7),
-            run("ditto", 0, 0.6, rounds=200), run("pa3dfl", 0, 0.9, label="hnlr1")]  # fmt: skip
+            run("ditto", 0, 0.6, rounds=200), run("pa3dfl", 0, 0.9, label="hnlr1"),
+            run("pa3dfl", 0, 0.75, label="no-hn")]  # fmt: skip
     assert mod["draw_setting"](runs, "ideal") is None  # no Ideal run
     fig = mod["draw_setting"](runs, "hetero")
     lines = {line.get_label(): line for line in fig.axes[0].lines}
@@ -231,6 +232,7 @@ def test_the_figure_draws_each_runs_trailing_window_and_the_papers_dot(tmp_path:
         "ditto, r200, seed 0",
         "pa3dfl, r500, seed 0",
         "pa3dfl (hnlr1), r500, seed 0",
+        "pa3dfl (no-hn), r500, seed 0",
     ]
     pa3dfl = curves["pa3dfl, r500, seed 0"]
     assert list(pa3dfl.get_xdata()) == [1, 2, 3]
@@ -238,11 +240,16 @@ def test_the_figure_draws_each_runs_trailing_window_and_the_papers_dot(tmp_path:
     assert list(pa3dfl.get_ydata()) == pytest.approx([80.1, 80.15, 80.2])
     assert pa3dfl.get_linestyle() == "-" and curves["ditto, r200, seed 0"].get_linestyle() == "--"
     assert curves["pa3dfl (hnlr1), r500, seed 0"].get_linestyle() == ":"
+    # an ablation is Pa3dFL's colour, so its own style: not Pa3dFL's solid line
+    assert curves["pa3dfl (no-hn), r500, seed 0"].get_linestyle() == "-."
     dots = [
         (list(v.get_xdata()), list(v.get_ydata())) for k, v in lines.items() if k.startswith("_")
     ]
-    # Table 1's Hetero cells of FedAvg, Ditto and Pa3dFL; none for the labelled variant
-    assert sorted(dots) == sorted([([500], [87.76]), ([500], [86.51]), ([500], [89.55])])
+    # Table 1's Hetero cells of FedAvg, Ditto and Pa3dFL, Table 3's for the ablation; none for
+    # the labelled variant
+    assert sorted(dots) == sorted(
+        [([500], [87.76]), ([500], [86.51]), ([500], [89.55]), ([500], [78.94])]
+    )
     written = mod["plot_curves"](runs, tmp_path / "plots")
     assert written == [str(tmp_path / "plots" / "table1-hetero.png")]
     assert Path(written[0]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
