@@ -29,7 +29,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ __all__ = [
     "ALL_CLIENTS",
     "BEST",
     "CURVE_KEYS",
+    "LEAKAGE_KEYS",
     "MIN_SEEDS",
     "RECORDS",
     "claim_line",
@@ -49,6 +50,7 @@ __all__ = [
     "records_dir",
     "replay_best",
     "resume_run",
+    "run_cases",
     "run_ended",
     "runs_dir",
     "save_figure",
@@ -433,6 +435,43 @@ def _write_json(path: Path, doc: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
     tmp.replace(path)
+
+
+#: the leakage metrics (flcore.attacks.evaluation) a leakage script keeps of each attacked case
+LEAKAGE_KEYS = (
+    "leak_psnr",
+    "leak_psnr_baseline",
+    "leak_psnr_gain",
+    "leak_ssim",
+    "leak_ssim_baseline",
+    "leak_ssim_gain",
+    "leak_identified",
+    "leak_identified_p",
+    "leak_informative",
+    "leak_images",
+    "leak_seconds",
+)
+
+
+def run_cases(out: Path, cases: Iterable[tuple[str, Callable[[], dict[str, Any]]]]) -> dict:
+    """Run each ``(key, case)`` whose key is not yet under ``cases`` in the JSON file ``out``
+    (a resumable chunk: a case in the file is not run again), rewriting the file after each
+    case; the file keeps the machine of its first run (``_machine.machine``). Progress goes to
+    stderr. Returns the whole document."""
+    from _machine import machine
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc: dict[str, Any] = json.loads(out.read_text()) if out.is_file() else {}
+    doc.setdefault("machine", machine())
+    done = doc.setdefault("cases", {})
+    for key, case in cases:
+        if key in done:
+            continue
+        print(f"[leakage] {key}", file=sys.stderr, flush=True)
+        done[key] = case()
+        print(f"[leakage] {key}: {done[key]}", file=sys.stderr, flush=True)
+        out.write_text(json.dumps(doc, indent=1))
+    return doc
 
 
 def read_curve(run: dict[str, Any]) -> list[dict[str, Any]]:

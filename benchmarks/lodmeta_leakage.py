@@ -42,29 +42,17 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import machine  # noqa: E402
-from _runs import runs_dir  # noqa: E402
+from _runs import LEAKAGE_KEYS, run_cases, runs_dir  # noqa: E402
 
 from flcore.config import load_config  # noqa: E402
 from flcore.experiment import build_data, build_engine  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-KEEP = (
-    "leak_psnr",
-    "leak_psnr_baseline",
-    "leak_psnr_gain",
-    "leak_ssim",
-    "leak_ssim_baseline",
-    "leak_ssim_gain",
-    "leak_identified",
-    "leak_informative",
-    "leak_images",
-    "leak_seconds",
-)
 
 
 def run_case(method: str, at: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -102,9 +90,13 @@ def run_case(method: str, at: str, args: argparse.Namespace) -> dict[str, Any]:
         "client": visited,
         "client_visits_before": None if visited is None else alg.visits[visited] - 1,
         "known": args.known,
-        **{k: summary.get(k) for k in KEEP},
+        **{k: summary.get(k) for k in LEAKAGE_KEYS},
         "seconds": round(time.perf_counter() - began, 1),
     }
+
+
+def _case(method: str, at: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]:
+    return lambda: run_case(method, at, args) | {"overrides": args.set}
 
 
 def main() -> None:
@@ -132,20 +124,14 @@ def main() -> None:
     ap.add_argument("--label", default="", help="names the --set variant in the output")
     ap.add_argument("--out", type=Path, default=runs_dir("lodmeta") / "leakage.json")
     args = ap.parse_args()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    done: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    done.setdefault("machine", machine())
-    cases = done.setdefault("cases", {})
-    for method in args.methods:
-        for at in args.at:
-            rest = "-rest" if args.known == "rest" else ""
-            key = f"{method}{'-' + args.label if args.label else ''}{rest}-{at}"
-            if key in cases:
-                continue
-            print(f"[leakage] {key}", file=sys.stderr, flush=True)
-            cases[key] = run_case(method, at, args) | {"overrides": args.set}
-            print(f"[leakage] {key}: {cases[key]}", file=sys.stderr, flush=True)
-            args.out.write_text(json.dumps(done, indent=1))
+    rest = "-rest" if args.known == "rest" else ""
+    tag = f"-{args.label}" if args.label else ""
+    cases = (
+        (f"{method}{tag}{rest}-{at}", _case(method, at, args))
+        for method in args.methods
+        for at in args.at
+    )
+    done = run_cases(args.out, cases)
     print(json.dumps(done, indent=1))
 
 
