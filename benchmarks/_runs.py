@@ -38,6 +38,7 @@ __all__ = [
     "BEST",
     "CURVE_KEYS",
     "LEAKAGE_KEYS",
+    "attacked_run",
     "MIN_SEEDS",
     "RECORDS",
     "claim_line",
@@ -451,6 +452,21 @@ LEAKAGE_KEYS = (
     "leak_images",
     "leak_seconds",
 )
+
+
+def attacked_run(cfg: Any, state_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """Run the engine of ``cfg`` (its ``attack`` mapping: one leakage probe) to its end, IG's
+    optimisation state kept in ``state_dir`` (an attack killed mid-way resumes there). Returns
+    the engine and the summary's :data:`LEAKAGE_KEYS` with ``seconds``, the run's wall time."""
+    from flcore.experiment import build_data, build_engine
+
+    engine = build_engine(cfg, data=build_data(cfg))
+    engine.probes[0].attack.resume_dir = state_dir
+    began = time.perf_counter()
+    engine.run()
+    summary = engine.summary()
+    seconds = round(time.perf_counter() - began, 1)
+    return engine, {k: summary.get(k) for k in LEAKAGE_KEYS} | {"seconds": seconds}
 
 
 def run_cases(out: Path, cases: Iterable[tuple[str, Callable[[], dict[str, Any]]]]) -> dict:

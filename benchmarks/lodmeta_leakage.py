@@ -41,16 +41,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _runs import LEAKAGE_KEYS, run_cases, runs_dir  # noqa: E402
+from _runs import attacked_run, run_cases, runs_dir  # noqa: E402
 
 from flcore.config import load_config  # noqa: E402
-from flcore.experiment import build_data, build_engine  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,21 +75,16 @@ def run_case(method: str, at: str, args: argparse.Namespace) -> dict[str, Any]:
         *args.set,
     ]
     cfg = load_config(REPO / f"sweeps/configs/lodmeta/fmnist_{method}.yaml", over)
-    engine = build_engine(cfg, data=build_data(cfg))
-    engine.probes[0].attack.resume_dir = args.out.with_suffix(".state")
-    began = time.perf_counter()
-    engine.run()
+    engine, leakage = attacked_run(cfg, args.out.with_suffix(".state"))
     alg = engine.algorithm
     visited = getattr(alg, "position", None)  # a walk's; a server's round draws several
-    summary = engine.summary()
     return {
         "method": method,
         "attacked_step": rounds,
         "client": visited,
         "client_visits_before": None if visited is None else alg.visits[visited] - 1,
         "known": args.known,
-        **{k: summary.get(k) for k in LEAKAGE_KEYS},
-        "seconds": round(time.perf_counter() - began, 1),
+        **leakage,
     }
 
 

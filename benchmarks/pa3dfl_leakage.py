@@ -31,16 +31,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _runs import LEAKAGE_KEYS, run_cases, runs_dir  # noqa: E402
+from _runs import attacked_run, run_cases, runs_dir  # noqa: E402
 
 from flcore.config import load_config  # noqa: E402
-from flcore.experiment import build_data, build_engine  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = ("fedavg", "fjord", "pa3dfl")
@@ -73,11 +71,7 @@ def run_case(method: str, setting: str, args: argparse.Namespace) -> dict[str, A
         *args.set,
     ]
     cfg = load_config(REPO / f"sweeps/configs/pa3dfl/fmnist_{setting}_{method}.yaml", over)
-    engine = build_engine(cfg, data=build_data(cfg))
-    engine.probes[0].attack.resume_dir = args.out.with_suffix(".state")
-    began = time.perf_counter()
-    engine.run()
-    summary = engine.summary()
+    engine, leakage = attacked_run(cfg, args.out.with_suffix(".state"))
     return {
         "method": method,
         "setting": setting,
@@ -85,8 +79,7 @@ def run_case(method: str, setting: str, args: argparse.Namespace) -> dict[str, A
         "client": 0,
         "client_width": engine.algorithm.client_width(0),
         "iterations": args.iterations,
-        **{k: summary.get(k) for k in LEAKAGE_KEYS},
-        "seconds": round(time.perf_counter() - began, 1),
+        **leakage,
     }
 
 
