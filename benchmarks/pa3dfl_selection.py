@@ -1,0 +1,294 @@
+"""What Pa3dFL's model selection (Algorithm 1) buys on test. Each client deploys ``M0 + alpha
+(M1 - M0)``: M0 the model it received with the fixed global head, M1 its locally trained one with
+the local head, alpha the best of a grid in [0, 1] on the client's validation records
+(flcore.algorithms.widths.pa3dfl). Appendix C says the search "won't bring risks of overfitting
+on the validation dataset" since it trains nothing; under Table 1's protocol (600 records a
+client, split 0.8 / 0.1 / 0.1) it picks among 11 models on 60 records, where one record is 1.67
+points.
+
+This measures it on a run's state, flcore alone: every client (or the first ``--clients``) as
+the all-client evaluation runs them (flcore ``Engine.evaluate_clients``: the broadcast of the
+round after the state, the client's own local training), each scored at every alpha of the grid
+on its validation and test records. Per run, means over clients of test accuracy (%):
+
+- ``received``: alpha 0 (M0; the run's ``accuracy_before``);
+- ``trained``: alpha 1 (M1);
+- ``selected``: Pa3dFL's rule, ties to the largest alpha (the run's ``accuracy``);
+- ``selected_ties_smallest``: ties to the smallest alpha (toward M0);
+- ``selected_by_val_loss``: the alpha of the lowest validation loss;
+- ``every_alpha``: the grid's mean (a choice that knows nothing);
+- ``oracle``: each client's best test alpha (chosen on test: an upper bound, not a method);
+
+and, for each rule against ``received``, the mean difference on validation (what the search
+sees) and on test (what it gets), with the paired sign test over clients (scipy). The selected
+model's and M0's accuracies are checked against the run's own metrics of the same clients.
+
+    .venv/bin/python benchmarks/pa3dfl_selection.py --settings ideal --seeds 0
+
+The run folder is the one ``benchmarks/reproduce_pa3dfl_table1.py`` writes for the same
+``--settings``, ``--seeds``, ``--ablation`` / ``--set`` and ``--label`` (500 rounds unless
+``--rounds``); its ``best.pt`` is copied before it is read (a run under way rewrites it), or
+``checkpoint.pt`` with ``--state last``. Output: ``~/.cache/fedsweep-runs/pa3dfl/selection.json``
+(one entry per run and state, replaced when measured again); ``--summary`` prints its table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import machine  # noqa: E402
+from _runs import BEST, runs_dir  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+#: the selection rules, in the table's order (module docstring)
+RULES = (
+    "received",
+    "trained",
+    "selected",
+    "selected_ties_smallest",
+    "selected_by_val_loss",
+    "every_alpha",
+    "oracle",
+)
+#: ``--ablation NAME``: the override reproduce_pa3dfl_table1.py gives it
+ABLATIONS = {
+    "no-hn": "algorithm_params.hn_aggregation=false",
+    "flanc-dec": "algorithm_params.decomposition=flanc",
+}
+
+
+def curve_keys(n: int) -> tuple[str, ...]:
+    """The per-client metrics of the alpha grid: ``alpha_<split>_<acc|loss>_<k>``."""
+    return tuple(
+        f"alpha_{split}_{what}_{k}"
+        for split in ("val", "test")
+        for what in ("acc", "loss")
+        for k in range(n)
+    )
+
+
+def curve_algorithm(n: int) -> type:
+    """Pa3dFL that also scores every alpha of its ``n``-point grid on each evaluated client's
+    validation and test records (after its own selection, which it leaves as it is)."""
+    import torch
+
+    from flcore.algorithms.training import evaluate
+    from flcore.algorithms.widths.pa3dfl import Pa3dFL, interpolate
+
+    class AlphaCurve(Pa3dFL):
+        client_metrics = (*Pa3dFL.client_metrics, *curve_keys(n))
+
+        def _select_and_evaluate(self, task, net, data, width, m0):  # type: ignore[no-untyped-def]
+            out = super()._select_and_evaluate(task, net, data, width, m0)
+            with torch.no_grad():
+                m1 = {k: v.detach().clone() for k, v in net.recovered_state("local").items()}
+            for k in range(n):
+                model = self._evaluate_state(width, interpolate(m0, m1, k / (n - 1)))
+                for split, records in (("val", data.val), ("test", data.test)):
+                    acc, loss = evaluate(model, records, data.info, device=self.device)
+                    out[f"alpha_{split}_acc_{k}"], out[f"alpha_{split}_loss_{k}"] = acc, loss
+            return out
+
+    return AlphaCurve
+
+
+def choices(row: dict[str, float], n: int) -> dict[str, float]:
+    """One client's test accuracy under each rule (:data:`RULES`), and, under ``val_<rule>``,
+    the validation accuracy of the alpha that rule picks (``every_alpha``: the grid's mean)."""
+    val = [row[f"alpha_val_acc_{k}"] for k in range(n)]
+    test = [row[f"alpha_test_acc_{k}"] for k in range(n)]
+    loss = [row[f"alpha_val_loss_{k}"] for k in range(n)]
+    best = max(val)
+    picks = {
+        "received": 0,
+        "trained": n - 1,
+        "selected": max(k for k in range(n) if val[k] == best),
+        "selected_ties_smallest": min(k for k in range(n) if val[k] == best),
+        "selected_by_val_loss": min(range(n), key=lambda k: (loss[k], k)),
+        "oracle": max(range(n), key=lambda k: (test[k], -k)),
+    }
+    out = {rule: test[k] for rule, k in picks.items()}
+    out |= {f"val_{rule}": val[k] for rule, k in picks.items()}
+    out["every_alpha"], out["val_every_alpha"] = statistics.fmean(test), statistics.fmean(val)
+    out["alpha_selected"] = picks["selected"] / (n - 1)
+    return out
+
+
+def summarize(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
+    """Per rule: mean test and validation accuracy over clients (%), and against
+    ``received`` the mean differences (points) and the clients ahead / level / behind on test
+    with the two-sided sign test's p."""
+    from scipy.stats import binomtest
+
+    per = [choices(r, n) for r in rows]
+    out: dict[str, Any] = {"clients": len(per)}
+    for rule in RULES:
+        # to 1e-6: the grid's mean and two equal accuracies tie as they should
+        diffs = [round(100 * (p[rule] - p["received"]), 6) for p in per]
+        ahead, behind = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+        out[rule] = {
+            "test": round(100 * statistics.fmean(p[rule] for p in per), 3),
+            "val": round(100 * statistics.fmean(p[f"val_{rule}"] for p in per), 3),
+            "test_gain": round(statistics.fmean(diffs), 3),
+            "val_gain": round(
+                100 * statistics.fmean(p[f"val_{rule}"] - p["val_received"] for p in per), 3
+            ),
+            "ahead_level_behind": [ahead, len(per) - ahead - behind, behind],
+            "sign_p": binomtest(ahead, ahead + behind).pvalue if ahead + behind else math.nan,
+        }
+    out["mean_alpha_selected"] = round(statistics.fmean(p["alpha_selected"] for p in per), 3)
+    return out
+
+
+def _check(rows: list[dict[str, Any]], n: int) -> None:
+    """The grid's alpha 0 is the run's M0 and Pa3dFL's own pick is the grid's ``selected``:
+    the instrumented evaluation measured what the run measures."""
+    for r in rows:
+        c = choices(r, n)
+        if not math.isclose(c["received"], r["accuracy_before"], abs_tol=1e-9):
+            raise RuntimeError(f"client {r['client']}: alpha 0 is not the received model")
+        if not math.isclose(c["alpha_selected"], r["selected_alpha"], abs_tol=1e-9):
+            raise RuntimeError(f"client {r['client']}: the grid's pick is not Pa3dFL's")
+        if not math.isclose(c["selected"], r["accuracy"], abs_tol=1e-9):
+            raise RuntimeError(f"client {r['client']}: the selected model's accuracy differs")
+
+
+def run_name(setting: str, label: str, rounds: int, seed: int) -> str:
+    tag = f"-{label}" if label else ""
+    return f"{setting}-pa3dfl{tag}-r{rounds}-s{seed}"
+
+
+def locate(setting: str, seed: int, args: argparse.Namespace) -> tuple[Any, str, Path]:
+    """The config of one run (as reproduce_pa3dfl_table1.py gave it), its folder's name and
+    the state file to read."""
+    from flcore.config import load_config
+
+    over = [f"seed={seed}", "workers=1", "executor=loop"]
+    if args.rounds is not None:
+        over.append(f"rounds={args.rounds}")
+    cfg = load_config(REPO / f"sweeps/configs/pa3dfl/fmnist_{setting}_pa3dfl.yaml", over + args.set)
+    name = run_name(setting, args.label, cfg.rounds, seed)
+    state = args.runs / name / (BEST if args.state == "best" else "checkpoint.pt")
+    return cfg, name, state
+
+
+def measure(cfg: Any, name: str, state: Path, clients: int | None) -> dict[str, Any]:
+    """Every client (or the first ``clients``) of one run's state, scored along the grid."""
+    from flcore.experiment import build_data, build_engine
+
+    engine = build_engine(cfg, data=build_data(cfg))
+    n = int(engine.algorithm.params.n_alpha)
+    cls = curve_algorithm(n)
+    engine.factory = _Factory(cls, engine.factory.kwargs)  # type: ignore[assignment]
+    engine.algorithm.__class__ = cls  # its client_metrics name the grid's keys
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / state.name
+        shutil.copyfile(state, copy)  # a run under way replaces it as it goes
+        engine.load_checkpoint(copy)
+    ids = list(range(clients)) if clients else None
+    print(
+        f"{name}: {clients or engine.data.num_clients} clients on {state.name} "
+        f"(round {engine.round}), {n} alphas each",
+        file=sys.stderr,
+        flush=True,
+    )
+    start = time.perf_counter()
+    rows = engine.evaluate_clients(ids)["per_client"]
+    _check(rows, n)
+    return {
+        "run": name,
+        "state": state.name,
+        "state_round": engine.round,
+        "n_alpha": n,
+        "seconds": round(time.perf_counter() - start, 1),
+        "summary": summarize(rows, n),
+        "per_client": rows,
+    }
+
+
+class _Factory:
+    """The executor's algorithm factory, building the instrumented class (one worker only:
+    the class is local to this process)."""
+
+    def __init__(self, cls: type, kwargs: dict[str, Any]) -> None:
+        self.cls, self.kwargs, self.name = cls, kwargs, "pa3dfl"
+
+    def __call__(self) -> Any:
+        return self.cls(**self.kwargs)
+
+
+def table(doc: dict[str, Any]) -> str:
+    """Markdown: one row per measured run and rule."""
+    lines = [
+        "| run | state (round) | clients | rule | test | val | test - received "
+        "| val - received | ahead / level / behind | sign test p |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key in sorted(doc.get("runs", {})):
+        entry = doc["runs"][key]
+        s = entry["summary"]
+        for rule in RULES:
+            r = s[rule]
+            a, lv, b = r["ahead_level_behind"]
+            lines.append(
+                f"| {entry['run']} | {entry['state']} ({entry['state_round']}) | {s['clients']} "
+                f"| {rule} | {r['test']:.2f} | {r['val']:.2f} | {r['test_gain']:+.2f} "
+                f"| {r['val_gain']:+.2f} | {a} / {lv} / {b} | {r['sign_p']:.3g} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--settings", nargs="+", default=["ideal"], choices=["ideal", "hetero"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--rounds", type=int, help="the run's rounds (default: the config's 500)")
+    ap.add_argument("--ablation", choices=sorted(ABLATIONS), help="a Table 3 ablation's run")
+    ap.add_argument("--set", action="append", default=[], help="key=value, as the run had")
+    ap.add_argument("--label", default="", help="the --set variant's name in the run folder")
+    ap.add_argument("--state", choices=["best", "last"], default="best")
+    ap.add_argument("--clients", type=int, help="the first N clients only (default: all)")
+    ap.add_argument("--runs", type=Path, default=runs_dir("pa3dfl"), help="the run folders")
+    ap.add_argument("--out", type=Path, default=runs_dir("pa3dfl") / "selection.json")
+    ap.add_argument("--summary", action="store_true", help="print the table of OUT")
+    args = ap.parse_args(argv)
+    if args.ablation:
+        if args.set or args.label:
+            ap.error("--ablation sets its own override and label: no --set or --label")
+        args.set, args.label = [ABLATIONS[args.ablation]], args.ablation
+    if args.set and not args.label:
+        ap.error("--set needs --label (the variant's name in the run folders)")
+    if args.clients is not None and args.clients < 1:
+        ap.error("--clients must be at least 1")
+    doc = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": {}}
+    if args.summary:
+        print(table(doc))
+        return
+    runs = [locate(setting, seed, args) for setting in args.settings for seed in args.seeds]
+    missing = [str(state) for _, _, state in runs if not state.is_file()]
+    if missing:
+        ap.error(f"no run state: {', '.join(missing)}")
+    for cfg, name, state in runs:
+        entry = measure(cfg, name, state, args.clients) | {"overrides": args.set}
+        doc["runs"][f"{entry['run']}@{entry['state']}"] = entry
+        doc["machine"] = machine()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.replace(args.out)
+    print(table(doc))
+
+
+if __name__ == "__main__":
+    main()
