@@ -23,6 +23,11 @@ and, for each rule against ``received``, the mean difference on validation (what
 sees) and on test (what it gets), with the paired sign test over clients (scipy). The selected
 model's and M0's accuracies are checked against the run's own metrics of the same clients.
 
+M0 and M1 differ in two things, the body (as received, or after local training) and the head
+(the fixed global one, or the local one the hypernetwork generates and the client trains on
+detached features); the four combinations (:data:`BODY_HEAD`) are scored too, to say which of
+the two moves the accuracy.
+
     .venv/bin/python benchmarks/pa3dfl_selection.py --settings ideal --seeds 0
 
 The run folder is the one ``benchmarks/reproduce_pa3dfl_table1.py`` writes for the same
@@ -78,26 +83,56 @@ def curve_keys(n: int) -> tuple[str, ...]:
     )
 
 
+#: the four models of a body (received, or after local training) and a head (the fixed global
+#: one, or the client's local one): M0 is ``received_global``, M1 ``trained_local``
+BODY_HEAD = ("received_global", "received_local", "trained_global", "trained_local")
+
+
+def cross_keys() -> tuple[str, ...]:
+    """The per-client metrics of :data:`BODY_HEAD`: ``cross_<split>_acc_<model>``."""
+    return tuple(f"cross_{split}_acc_{m}" for split in ("val", "test") for m in BODY_HEAD)
+
+
 def curve_algorithm(n: int) -> type:
-    """Pa3dFL that also scores every alpha of its ``n``-point grid on each evaluated client's
-    validation and test records (after its own selection, which it leaves as it is)."""
+    """Pa3dFL that also scores every alpha of its ``n``-point grid, and the four body / head
+    models (:data:`BODY_HEAD`), on each evaluated client's validation and test records (after
+    its own selection, which it leaves as it is)."""
     import torch
 
     from flcore.algorithms.training import evaluate
     from flcore.algorithms.widths.pa3dfl import Pa3dFL, interpolate
 
+    def recovered(net, head):  # type: ignore[no-untyped-def]
+        with torch.no_grad():
+            return {k: v.detach().clone() for k, v in net.recovered_state(head).items()}
+
     class AlphaCurve(Pa3dFL):
-        client_metrics = (*Pa3dFL.client_metrics, *curve_keys(n))
+        client_metrics = (*Pa3dFL.client_metrics, *curve_keys(n), *cross_keys())
+
+        def _received_eval(self, task, net, data, width):  # type: ignore[no-untyped-def]
+            self._received_local = recovered(net, "local")  # before local training
+            return super()._received_eval(task, net, data, width)
 
         def _select_and_evaluate(self, task, net, data, width, m0):  # type: ignore[no-untyped-def]
             out = super()._select_and_evaluate(task, net, data, width, m0)
-            with torch.no_grad():
-                m1 = {k: v.detach().clone() for k, v in net.recovered_state("local").items()}
+            m1 = recovered(net, "local")
+            splits = (("val", data.val), ("test", data.test))
             for k in range(n):
                 model = self._evaluate_state(width, interpolate(m0, m1, k / (n - 1)))
-                for split, records in (("val", data.val), ("test", data.test)):
+                for split, records in splits:
                     acc, loss = evaluate(model, records, data.info, device=self.device)
                     out[f"alpha_{split}_acc_{k}"], out[f"alpha_{split}_loss_{k}"] = acc, loss
+            models = {
+                "received_global": m0,
+                "received_local": self._received_local,
+                "trained_global": recovered(net, "global"),
+                "trained_local": m1,
+            }
+            for name, state in models.items():
+                model = self._evaluate_state(width, state)
+                for split, records in splits:
+                    acc, _ = evaluate(model, records, data.info, device=self.device)
+                    out[f"cross_{split}_acc_{name}"] = acc
             return out
 
     return AlphaCurve
@@ -148,6 +183,13 @@ def summarize(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
             "sign_p": binomtest(ahead, ahead + behind).pvalue if ahead + behind else math.nan,
         }
     out["mean_alpha_selected"] = round(statistics.fmean(p["alpha_selected"] for p in per), 3)
+    out["body_head"] = {
+        m: {
+            split: round(100 * statistics.fmean(r[f"cross_{split}_acc_{m}"] for r in rows), 3)
+            for split in ("test", "val")
+        }
+        for m in BODY_HEAD
+    }
     return out
 
 
@@ -162,6 +204,9 @@ def _check(rows: list[dict[str, Any]], n: int) -> None:
             raise RuntimeError(f"client {r['client']}: the grid's pick is not Pa3dFL's")
         if not math.isclose(c["selected"], r["accuracy"], abs_tol=1e-9):
             raise RuntimeError(f"client {r['client']}: the selected model's accuracy differs")
+        ends = (r["cross_test_acc_received_global"], r["cross_test_acc_trained_local"])
+        if ends != (c["received"], c["trained"]):
+            raise RuntimeError(f"client {r['client']}: M0 or M1 differs from the grid's ends")
 
 
 def run_name(setting: str, label: str, rounds: int, seed: int) -> str:
@@ -245,6 +290,20 @@ def table(doc: dict[str, Any]) -> str:
                 f"| {entry['run']} | {entry['state']} ({entry['state_round']}) | {s['clients']} "
                 f"| {rule} | {r['test']:.2f} | {r['val']:.2f} | {r['test_gain']:+.2f} "
                 f"| {r['val_gain']:+.2f} | {a} / {lv} / {b} | {r['sign_p']:.3g} |"
+            )
+    lines += [
+        "",
+        "| run | state (round) | body | global head: test | val | local head: test | val |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key in sorted(doc.get("runs", {})):
+        entry = doc["runs"][key]
+        cells = entry["summary"].get("body_head")
+        for body in ("received", "trained") if cells else ():
+            g, lo = cells[f"{body}_global"], cells[f"{body}_local"]
+            lines.append(
+                f"| {entry['run']} | {entry['state']} ({entry['state_round']}) | {body} "
+                f"| {g['test']:.2f} | {g['val']:.2f} | {lo['test']:.2f} | {lo['val']:.2f} |"
             )
     return "\n".join(lines)
 

@@ -23,6 +23,8 @@ def _row(val: list[float], test: list[float], loss: list[float]) -> dict[str, fl
     for k, (v, t, lo) in enumerate(zip(val, test, loss, strict=True)):
         row |= {f"alpha_val_acc_{k}": v, f"alpha_test_acc_{k}": t, f"alpha_val_loss_{k}": lo}
         row[f"alpha_test_loss_{k}"] = 0.0
+    for i, m in enumerate(MOD["BODY_HEAD"]):  # 0.1, 0.2, 0.3, 0.4 on test; 0.5 ... on val
+        row |= {f"cross_test_acc_{m}": 0.1 * (i + 1), f"cross_val_acc_{m}": 0.1 * (i + 5)}
     return row
 
 
@@ -49,6 +51,8 @@ def test_each_rule_picks_its_alpha() -> None:
     assert sel["val_gain"] == pytest.approx(10.0)  # +20 on the first client, 0 on the second
     assert sel["ahead_level_behind"] == [0, 1, 1]
     assert s["oracle"]["ahead_level_behind"] == [0, 2, 0]
+    assert s["body_head"]["received_local"] == pytest.approx({"test": 20.0, "val": 60.0})
+    assert s["body_head"]["trained_local"] == pytest.approx({"test": 40.0, "val": 80.0})
 
 
 @pytest.mark.slow  # a 2-round Pa3dFL run, its all-client evaluation, then the grid: ~40 s
@@ -83,11 +87,17 @@ def test_the_grid_reproduces_the_runs_own_figures(data_root: Path, tmp_path: Pat
         for key in ("accuracy", "accuracy_before", "selected_alpha", "val_accuracy"):
             assert mine[key] == theirs[key], key
         assert all(f"alpha_test_acc_{k}" in mine for k in range(11))
+        # the fixed global head is not trained: only the body differs between these two
+        assert mine["cross_test_acc_received_global"] == theirs["accuracy_before"]
+        assert 0 <= mine["cross_test_acc_trained_global"] <= 1
     s = entry["summary"]
     assert s["selected"]["test"] == pytest.approx(100 * every["accuracy"], abs=1e-3)
     assert s["received"]["test"] == pytest.approx(100 * every["accuracy_before"], abs=1e-3)
     assert s["oracle"]["test"] >= max(s[r]["test"] for r in MOD["RULES"]) - 1e-9
     assert "| ideal-pa3dfl-tiny-r2-s0 | best.pt (" in done.stdout
+    assert set(s["body_head"]) == set(MOD["BODY_HEAD"])
+    # the global head is fixed, so a round-2 state's received body with it scores as M0
+    assert s["body_head"]["received_global"]["test"] == pytest.approx(s["received"]["test"])
 
 
 def test_bad_input_is_refused_before_any_work(tmp_path: Path) -> None:
