@@ -26,7 +26,9 @@ model's and M0's accuracies are checked against the run's own metrics of the sam
 M0 and M1 differ in two things, the body (as received, or after local training) and the head
 (the fixed global one, or the local one the hypernetwork generates and the client trains on
 detached features); the four combinations (:data:`BODY_HEAD`) are scored too, to say which of
-the two moves the accuracy.
+the two moves the accuracy, and the trained body with its local head fitted to convergence on
+the client's training features (:func:`fitted_head`), to say whether the local head is weak for
+want of training.
 
     .venv/bin/python benchmarks/pa3dfl_selection.py --settings ideal --seeds 0
 
@@ -84,8 +86,50 @@ def curve_keys(n: int) -> tuple[str, ...]:
 
 
 #: the four models of a body (received, or after local training) and a head (the fixed global
-#: one, or the client's local one): M0 is ``received_global``, M1 ``trained_local``
-BODY_HEAD = ("received_global", "received_local", "trained_global", "trained_local")
+#: one, or the client's local one): M0 is ``received_global``, M1 ``trained_local``; and the
+#: trained body with a local head fitted to convergence on the client's training features
+#: (``trained_fitted``, :func:`fitted_head`: what a fully trained local head would give)
+BODY_HEAD = (
+    "received_global",
+    "received_local",
+    "trained_global",
+    "trained_local",
+    "trained_fitted",
+)
+#: L-BFGS iterations of :func:`fitted_head`
+FIT_ITERATIONS = 100
+
+
+def fitted_head(net: Any, data: Any, device: Any) -> Any:
+    """A copy of ``net``'s local head fitted by L-BFGS (:data:`FIT_ITERATIONS`, strong-Wolfe
+    line search, no penalty) to cross-entropy on the body's features of the client's training
+    records, as Algorithm 3 trains it (on detached features), only to convergence instead of
+    the round's steps."""
+    import copy
+
+    import torch
+    import torch.nn.functional as F
+
+    from flcore.data import conv_layout, normalize
+
+    with torch.no_grad():
+        x = conv_layout(normalize(data.train.images, data.info).to(device), device)
+        features = net.features(x)
+    labels = data.train.labels.to(device)
+    head = copy.deepcopy(net.local_head)
+    opt = torch.optim.LBFGS(
+        head.parameters(), max_iter=FIT_ITERATIONS, line_search_fn="strong_wolfe"
+    )
+
+    def closure() -> Any:
+        opt.zero_grad()
+        loss = F.cross_entropy(head(features), labels)
+        loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        opt.step(closure)
+    return head
 
 
 def cross_keys() -> tuple[str, ...]:
@@ -122,11 +166,15 @@ def curve_algorithm(n: int) -> type:
                 for split, records in splits:
                     acc, loss = evaluate(model, records, data.info, device=self.device)
                     out[f"alpha_{split}_acc_{k}"], out[f"alpha_{split}_loss_{k}"] = acc, loss
+            head = fitted_head(net, data, self.device)
+            trained = recovered(net, "global")
             models = {
                 "received_global": m0,
                 "received_local": self._received_local,
-                "trained_global": recovered(net, "global"),
+                "trained_global": trained,
                 "trained_local": m1,
+                "trained_fitted": trained
+                | {"head.weight": head.weight.detach(), "head.bias": head.bias.detach()},
             }
             for name, state in models.items():
                 model = self._evaluate_state(width, state)
@@ -189,6 +237,7 @@ def summarize(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
             for split in ("test", "val")
         }
         for m in BODY_HEAD
+        if all(f"cross_test_acc_{m}" in r for r in rows)  # entries of before the fitted head
     }
     return out
 
@@ -293,17 +342,21 @@ def table(doc: dict[str, Any]) -> str:
             )
     lines += [
         "",
-        "| run | state (round) | body | global head: test | val | local head: test | val |",
-        "|---|---|---|---|---|---|---|",
+        "| run | state (round) | body | global head: test | val | local head: test | val "
+        "| fitted local head: test | val |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for key in sorted(doc.get("runs", {})):
         entry = doc["runs"][key]
         cells = entry["summary"].get("body_head")
         for body in ("received", "trained") if cells else ():
             g, lo = cells[f"{body}_global"], cells[f"{body}_local"]
+            fit = cells.get(f"{body}_fitted")
+            fitted = f"{fit['test']:.2f} | {fit['val']:.2f}" if fit else "- | -"
             lines.append(
                 f"| {entry['run']} | {entry['state']} ({entry['state_round']}) | {body} "
-                f"| {g['test']:.2f} | {g['val']:.2f} | {lo['test']:.2f} | {lo['val']:.2f} |"
+                f"| {g['test']:.2f} | {g['val']:.2f} | {lo['test']:.2f} | {lo['val']:.2f} "
+                f"| {fitted} |"
             )
     return "\n".join(lines)
 
