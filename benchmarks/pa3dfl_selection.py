@@ -138,8 +138,8 @@ def cross_keys() -> tuple[str, ...]:
 
 
 def curve_algorithm(n: int) -> type:
-    """Pa3dFL that also scores every alpha of its ``n``-point grid, and the four body / head
-    models (:data:`BODY_HEAD`), on each evaluated client's validation and test records (after
+    """Pa3dFL that also scores every alpha of its ``n``-point grid, and the body / head models
+    of :data:`BODY_HEAD`, on each evaluated client's validation and test records (after
     its own selection, which it leaves as it is)."""
     import torch
 
