@@ -341,7 +341,7 @@ def evaluate_all_clients(cfg: Any, run_dir: Path) -> dict[str, Any] | None:
         "seconds": round(time.perf_counter() - start, 1),
         **out,
     }
-    _write_json(target, doc)
+    write_json(target, doc)
     return doc
 
 
@@ -382,7 +382,7 @@ def write_record(path: Path, run_dir: Path, cfg: Any, seconds: float) -> None:
     every = run_dir / ALL_CLIENTS
     if every.is_file():
         doc["all_clients"] = _record_all_clients(json.loads(every.read_text()))
-    _write_json(path, doc)
+    write_json(path, doc)
 
 
 #: what a record keeps of each per-client row of ``all_clients.json`` (enough to pair two
@@ -428,10 +428,12 @@ def add_all_clients_to_record(path: Path, doc: dict[str, Any]) -> None:
                 "per-client accuracies (another state?); the record is left as it is"
             )
     record["all_clients"] = new
-    _write_json(path, record)
+    write_json(path, record)
 
 
-def _write_json(path: Path, doc: dict[str, Any]) -> None:
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    """``doc`` to ``path`` atomically (a temporary file beside it, then replaced), its folder
+    made where missing."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n")

@@ -55,7 +55,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine  # noqa: E402
-from _runs import BEST, runs_dir  # noqa: E402
+from _runs import BEST, runs_dir, write_json  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 #: the selection rules, in the table's order (module docstring)
@@ -395,10 +395,7 @@ def main(argv: list[str] | None = None) -> None:
         entry = measure(cfg, name, state, args.clients) | {"overrides": args.set}
         doc["runs"][f"{entry['run']}@{entry['state']}"] = entry
         doc["machine"] = machine()
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc, indent=1))
-        tmp.replace(args.out)
+        write_json(args.out, doc)  # after each run: a later run's failure keeps it
     print(table(doc))
 
 
