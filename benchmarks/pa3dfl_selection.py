@@ -237,7 +237,6 @@ def summarize(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
             for split in ("test", "val")
         }
         for m in BODY_HEAD
-        if all(f"cross_test_acc_{m}" in r for r in rows)  # entries of before the fitted head
     }
     return out
 
