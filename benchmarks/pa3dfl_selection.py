@@ -55,7 +55,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine  # noqa: E402
-from _runs import BEST, runs_dir, write_json  # noqa: E402
+from _runs import BEST, runs_dir, save_figure, write_json  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 #: the selection rules, in the table's order (module docstring)
@@ -360,6 +360,52 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def alpha_means(entry: dict[str, Any]) -> tuple[list[float], list[float], list[float]]:
+    """A measured run's grid: the alphas and the mean over its clients of validation and of
+    test accuracy at each (%)."""
+    n, rows = int(entry["n_alpha"]), entry["per_client"]
+    alphas = [k / (n - 1) for k in range(n)]
+
+    def mean(split: str, k: int) -> float:
+        return 100 * statistics.fmean(r[f"alpha_{split}_acc_{k}"] for r in rows)
+
+    return alphas, [mean("val", k) for k in range(n)], [mean("test", k) for k in range(n)]
+
+
+def plot_alpha(doc: dict[str, Any], out: Path) -> str | None:
+    """``OUT/selection.png``: one panel per measured run and state, the mean validation
+    (dashed) and test (solid) accuracy along the grid, and where the selected model lands on
+    each (the mean over clients of what the search picked: markers at the mean picked alpha).
+    None when nothing was measured."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries = [doc["runs"][k] for k in sorted(doc.get("runs", {}))]
+    if not entries:
+        return None
+    fig, axes = plt.subplots(
+        1, len(entries), figsize=(4.2 * len(entries), 3.6), squeeze=False, sharey=False
+    )
+    for ax, entry in zip(axes[0], entries, strict=True):
+        alphas, val, test = alpha_means(entry)
+        s = entry["summary"]
+        ax.plot(alphas, test, "-", color="black", label="test")
+        ax.plot(alphas, val, "--", color="C0", label="validation")
+        picked = s["mean_alpha_selected"]
+        ax.plot([picked], [s["selected"]["test"]], "o", color="black", label="selected: test")
+        ax.plot([picked], [s["selected"]["val"]], "o", mfc="none", color="C0",
+                label="selected: validation")  # fmt: skip
+        ax.set_title(f"{entry['run']}\n{entry['state']} (round {entry['state_round']})", fontsize=8)
+        ax.set_xlabel("alpha (0: received M0, 1: trained M1)")
+        ax.set_ylabel("accuracy over clients (%)")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return save_figure(fig, out / "selection.png")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--settings", nargs="+", default=["ideal"], choices=["ideal", "hetero"])
@@ -373,7 +419,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=Path, default=runs_dir("pa3dfl"), help="the run folders")
     ap.add_argument("--out", type=Path, default=runs_dir("pa3dfl") / "selection.json")
     ap.add_argument("--summary", action="store_true", help="print the table of OUT")
+    ap.add_argument(
+        "--plot",
+        type=Path,
+        metavar="DIR",
+        help="with --summary, also draw DIR/selection.png (plot_alpha; the path to stderr)",
+    )
     args = ap.parse_args(argv)
+    if args.plot is not None and not args.summary:
+        ap.error("--plot draws the --summary's runs: give --summary too")
     if args.ablation:
         if args.set or args.label:
             ap.error("--ablation sets its own override and label: no --set or --label")
@@ -385,6 +439,8 @@ def main(argv: list[str] | None = None) -> None:
     doc = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": {}}
     if args.summary:
         print(table(doc))
+        if args.plot is not None:
+            print(plot_alpha(doc, args.plot) or "nothing measured: no figure", file=sys.stderr)
         return
     runs = [locate(setting, seed, args) for setting in args.settings for seed in args.seeds]
     missing = [str(state) for _, _, state in runs if not state.is_file()]

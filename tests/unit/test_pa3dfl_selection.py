@@ -55,6 +55,22 @@ def test_each_rule_picks_its_alpha() -> None:
     assert s["body_head"]["trained_local"] == pytest.approx({"test": 40.0, "val": 80.0})
 
 
+def test_the_figure_draws_each_runs_grid_means(tmp_path: Path) -> None:
+    rows = [
+        _row(val=[0.5, 0.7, 0.6], test=[0.9, 0.8, 0.7], loss=[1.0] * 3),
+        _row(val=[0.7, 0.5, 0.4], test=[0.7, 0.6, 0.5], loss=[1.0] * 3),
+    ]
+    entry = {"run": "ideal-pa3dfl-r500-s0", "state": "best.pt", "state_round": 7,
+             "n_alpha": 3, "per_client": rows, "summary": MOD["summarize"](rows, 3)}  # fmt: skip
+    alphas, val, test = MOD["alpha_means"](entry)
+    assert alphas == [0.0, 0.5, 1.0]
+    assert val == pytest.approx([60.0, 60.0, 50.0]) and test == pytest.approx([80.0, 70.0, 60.0])
+    assert MOD["plot_alpha"]({"runs": {}}, tmp_path) is None  # nothing measured
+    written = MOD["plot_alpha"]({"runs": {"a": entry, "b": entry}}, tmp_path / "plots")
+    assert written == str(tmp_path / "plots" / "selection.png")
+    assert Path(written).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.mark.slow  # a 2-round Pa3dFL run, its all-client evaluation, then the grid: ~40 s
 def test_the_grid_reproduces_the_runs_own_figures(data_root: Path, tmp_path: Path) -> None:
     out, runs = tmp_path / "selection.json", tmp_path / "runs"
@@ -107,6 +123,7 @@ def test_bad_input_is_refused_before_any_work(tmp_path: Path) -> None:
         (["--clients", "0"], "--clients must be at least 1"),
         (["--runs", str(tmp_path / "none")], "no run state"),
         (["--ablation", "no-hn", "--label", "x"], "--ablation sets its own"),
+        (["--plot", str(tmp_path / "plots")], "--plot draws the --summary's runs"),
     ):
         done = subprocess.run(
             [sys.executable, str(SCRIPT), *args, "--out", str(out)],
