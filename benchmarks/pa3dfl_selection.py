@@ -13,7 +13,8 @@ on its validation and test records. Per run, means over clients of test accuracy
 
 - ``received``: alpha 0 (M0; the run's ``accuracy_before``);
 - ``trained``: alpha 1 (M1);
-- ``selected``: Pa3dFL's rule, ties to the largest alpha (the run's ``accuracy``);
+- ``selected``: the run's own pick, under its ``alpha_ties`` (the run's ``accuracy``);
+- ``selected_ties_largest``: ties to the largest alpha (toward M1; Pa3dFL's default);
 - ``selected_ties_smallest``: ties to the smallest alpha (toward M0);
 - ``selected_by_val_loss``: the alpha of the lowest validation loss;
 - ``every_alpha``: the grid's mean (a choice that knows nothing);
@@ -63,6 +64,7 @@ RULES = (
     "received",
     "trained",
     "selected",
+    "selected_ties_largest",
     "selected_ties_smallest",
     "selected_by_val_loss",
     "every_alpha",
@@ -186,9 +188,10 @@ def curve_algorithm(n: int) -> type:
     return AlphaCurve
 
 
-def choices(row: dict[str, float], n: int) -> dict[str, float]:
-    """One client's test accuracy under each rule (:data:`RULES`), and, under ``val_<rule>``,
-    the validation accuracy of the alpha that rule picks (``every_alpha``: the grid's mean)."""
+def choices(row: dict[str, float], n: int, ties: str = "largest") -> dict[str, float]:
+    """One client's test accuracy under each rule (:data:`RULES`; ``selected`` under the run's
+    ``ties``), and, under ``val_<rule>``, the validation accuracy of the alpha that rule picks
+    (``every_alpha``: the grid's mean)."""
     val = [row[f"alpha_val_acc_{k}"] for k in range(n)]
     test = [row[f"alpha_test_acc_{k}"] for k in range(n)]
     loss = [row[f"alpha_val_loss_{k}"] for k in range(n)]
@@ -196,11 +199,12 @@ def choices(row: dict[str, float], n: int) -> dict[str, float]:
     picks = {
         "received": 0,
         "trained": n - 1,
-        "selected": max(k for k in range(n) if val[k] == best),
+        "selected_ties_largest": max(k for k in range(n) if val[k] == best),
         "selected_ties_smallest": min(k for k in range(n) if val[k] == best),
         "selected_by_val_loss": min(range(n), key=lambda k: (loss[k], k)),
         "oracle": max(range(n), key=lambda k: (test[k], -k)),
     }
+    picks["selected"] = picks[f"selected_ties_{ties}"]
     out = {rule: test[k] for rule, k in picks.items()}
     out |= {f"val_{rule}": val[k] for rule, k in picks.items()}
     out["every_alpha"], out["val_every_alpha"] = statistics.fmean(test), statistics.fmean(val)
@@ -208,13 +212,13 @@ def choices(row: dict[str, float], n: int) -> dict[str, float]:
     return out
 
 
-def summarize(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
+def summarize(rows: list[dict[str, Any]], n: int, ties: str = "largest") -> dict[str, Any]:
     """Per rule: mean test and validation accuracy over clients (%), and against
     ``received`` the mean differences (points) and the clients ahead / level / behind on test
-    with the two-sided sign test's p."""
+    with the two-sided sign test's p. ``ties``: the run's ``alpha_ties``."""
     from scipy.stats import binomtest
 
-    per = [choices(r, n) for r in rows]
+    per = [choices(r, n, ties) for r in rows]
     out: dict[str, Any] = {"clients": len(per)}
     for rule in RULES:
         # to 1e-6: the grid's mean and two equal accuracies tie as they should
@@ -241,11 +245,11 @@ def summarize(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
     return out
 
 
-def _check(rows: list[dict[str, Any]], n: int) -> None:
+def _check(rows: list[dict[str, Any]], n: int, ties: str) -> None:
     """The grid's alpha 0 is the run's M0 and Pa3dFL's own pick is the grid's ``selected``:
     the instrumented evaluation measured what the run measures."""
     for r in rows:
-        c = choices(r, n)
+        c = choices(r, n, ties)
         if not math.isclose(c["received"], r["accuracy_before"], abs_tol=1e-9):
             raise RuntimeError(f"client {r['client']}: alpha 0 is not the received model")
         if not math.isclose(c["alpha_selected"], r["selected_alpha"], abs_tol=1e-9):
@@ -282,6 +286,7 @@ def measure(cfg: Any, name: str, state: Path, clients: int | None) -> dict[str, 
 
     engine = build_engine(cfg, data=build_data(cfg))
     n = int(engine.algorithm.params.n_alpha)
+    ties = str(engine.algorithm.params.alpha_ties)
     cls = curve_algorithm(n)
     engine.factory = _Factory(cls, engine.factory.kwargs)  # type: ignore[assignment]
     engine.algorithm.__class__ = cls  # its client_metrics name the grid's keys
@@ -298,14 +303,15 @@ def measure(cfg: Any, name: str, state: Path, clients: int | None) -> dict[str, 
     )
     start = time.perf_counter()
     rows = engine.evaluate_clients(ids)["per_client"]
-    _check(rows, n)
+    _check(rows, n, ties)
     return {
         "run": name,
         "state": state.name,
         "state_round": engine.round,
         "n_alpha": n,
+        "alpha_ties": ties,
         "seconds": round(time.perf_counter() - start, 1),
-        "summary": summarize(rows, n),
+        "summary": summarize(rows, n, ties),
         "per_client": rows,
     }
 
@@ -331,7 +337,7 @@ def table(doc: dict[str, Any]) -> str:
     for key in sorted(doc.get("runs", {})):
         entry = doc["runs"][key]
         s = entry["summary"]
-        for rule in RULES:
+        for rule in (x for x in RULES if x in s):  # an entry of before a rule was added
             r = s[rule]
             a, lv, b = r["ahead_level_behind"]
             lines.append(

@@ -38,6 +38,9 @@ def test_each_rule_picks_its_alpha() -> None:
     c = MOD["choices"](row, 5)
     assert c["received"] == 0.9 and c["trained"] == 0.5
     assert c["selected"] == 0.5 and c["alpha_selected"] == 1.0  # ties: the largest alpha
+    assert c["selected_ties_largest"] == 0.5
+    # a run under alpha_ties: smallest picked alpha 0.5: its "selected" follows it
+    assert MOD["choices"](row, 5, "smallest")["selected"] == 0.7
     assert c["selected_ties_smallest"] == 0.7  # ties: the smallest (alpha 0.5)
     assert c["selected_by_val_loss"] == 0.8 and c["val_selected_by_val_loss"] == 0.6
     assert c["oracle"] == 0.9 and c["every_alpha"] == pytest.approx(0.7)
@@ -78,6 +81,8 @@ def test_the_grid_reproduces_the_runs_own_figures(data_root: Path, tmp_path: Pat
         "--set", f"data_root={data_root}", "--set", "num_clients=6",
         "--set", "samples_per_client=60", "--set", "local_epochs=1",
         "--set", "algorithm_params.power_iterations=2", "--label", "tiny",
+        # the other tie rule: the grid's "selected" must follow the run's own
+        "--set", "algorithm_params.alpha_ties=smallest",
     ]  # fmt: skip
     done = subprocess.run(
         [sys.executable, str(BENCH / "reproduce_pa3dfl_table1.py"), "--methods", "pa3dfl",
@@ -96,6 +101,7 @@ def test_the_grid_reproduces_the_runs_own_figures(data_root: Path, tmp_path: Pat
     assert done.returncode == 0, done.stderr[-3000:]
     entry = json.loads(out.read_text())["runs"]["ideal-pa3dfl-tiny-r2-s0@best.pt"]
     assert entry["state_round"] == every["state_round"] and entry["n_alpha"] == 11
+    assert entry["alpha_ties"] == "smallest"
     rows = entry["per_client"]
     assert [r["client"] for r in rows] == list(range(6))
     for mine, theirs in zip(rows, every["per_client"], strict=True):

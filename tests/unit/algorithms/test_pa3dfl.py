@@ -404,6 +404,15 @@ def test_model_selection_picks_the_best_validation_alpha(fmnist) -> None:  # typ
     assert alg.choose_alpha(0.5, m0, m1, None, fmnist.info) == 1.0
     # the search itself on a known curve, peaked at 0.3
     assert select_alpha(lambda a: -abs(a - 0.3), 11) == (pytest.approx(0.3), pytest.approx(0.0))
+    # a plateau over 0.2 - 0.6: the largest of the tied alphas by default, or the smallest
+    plateau = lambda a: float(0.15 < a < 0.65)  # noqa: E731
+    assert select_alpha(plateau, 11) == (pytest.approx(0.6), 1.0)
+    assert select_alpha(plateau, 11, "smallest") == (pytest.approx(0.2), 1.0)
+    # the param reaches the search: on the real validation curve above, the smallest of the
+    # best-scored alphas
+    smallest = _alg((0.25,), n_alpha=11, alpha_ties="smallest")
+    chosen = smallest.choose_alpha(0.5, m0, m1, val, fmnist.info)
+    assert chosen == min(k / 10 for k, s in enumerate(scores) if s == best)
 
 
 def test_without_hn_aggregation_the_personal_parts_stay_on_the_client(fmnist) -> None:  # type: ignore[no-untyped-def]
