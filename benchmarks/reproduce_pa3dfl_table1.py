@@ -13,7 +13,10 @@ run where it stopped and skips ended ones, exactly as benchmarks/reproduce_table
 after that round). Per-round metrics go to ``metrics.jsonl``, the engine's summary to
 ``summary.json``. An ended run also leaves its record under ``--records`` (default
 ``benchmarks/records/pa3dfl/``, committed: see benchmarks/_runs.py); ``--summary`` reads the
-records beside OUT's folders. Needs flcore only (no Ray, MLflow or Optuna).
+records beside OUT's folders, and a run that has a record but no folder under OUT (it ended on
+another machine) is reported from its record and not run again. Needs flcore only (no Ray,
+MLflow or Optuna). ``benchmarks/pa3dfl_queue.sh`` lists the runs issue 24 still needs, in two
+resumable lanes.
 
 An ended run is also measured on every client (``all_clients.json``, benchmarks/_runs.py
 ``evaluate_all_clients``): its best-validation state (``best.pt``, the best window's last round)
@@ -176,6 +179,10 @@ def run_one(
     cfg = load_config(config_path(setting, method), [*over, *args.set])
     label = f"-{args.label}" if args.label else ""
     run_dir = Path(args.out) / f"{setting}-{method}{label}-r{cfg.rounds}-s{seed}"
+    record = record_file(args, run_dir.name)
+    if record is not None and record.is_file() and not run_dir.is_dir():
+        # the run ended elsewhere (another machine or session) and left its record: it stands
+        return recorded_run(record, method, setting, seed, args)
     engine, summary, spent = resume_run(
         cfg,
         run_dir,
@@ -219,6 +226,45 @@ def run_one(
         "comparable": comparable,
         "seconds": round(spent, 1),
         "device": cfg.device,
+    }
+
+
+def recorded_run(
+    record: Path, method: str, setting: str, seed: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """What :func:`run_one` returns for a run that ended elsewhere: read from its committed
+    record, nothing run (delete the record, or pass another ``--records``, to run it again)."""
+    doc = json.loads(record.read_text())
+    summary = doc["summary"]
+    print(f"{doc['run']}: ended before (record {record}); not run again", file=sys.stderr)
+    metric = OURS_METRIC[method]
+    every = doc.get("all_clients") or {}
+    return {
+        "run": doc["run"],
+        "method": method,
+        "setting": setting,
+        "overrides": args.set,
+        "seed": seed,
+        "rounds": doc["config"].get("rounds"),
+        "rounds_done": summary.get("rounds_completed"),
+        "ended": True,
+        "from_record": str(record),
+        "diverged_round": summary.get("diverged_round"),
+        "stopped_early": summary.get("early_stopped") == 1.0,
+        "best_round": summary.get("best_round"),
+        "ours_metric": metric,
+        "accuracy": _pct(summary.get("accuracy")),
+        "accuracy_before": _pct(summary.get("accuracy_before")),
+        "accuracy_worst_width": _pct(summary.get("accuracy_worst_width")),
+        "accuracy_before_worst_width": _pct(summary.get("accuracy_before_worst_width")),
+        "global_accuracy": _pct(summary.get("global_accuracy")),
+        "all_clients": _pct(every.get(metric)),
+        "all_clients_worst_width": _pct(every.get(f"{metric}_worst_width")),
+        "all_clients_round": every.get("state_round"),
+        "paper": paper_figure(method, setting, args.label),
+        "comparable": is_comparable(doc["config"].get("rounds"), args.label, args.set),
+        "seconds": doc.get("seconds"),
+        "device": doc["config"].get("device"),
     }
 
 

@@ -280,6 +280,38 @@ def test_ablation_sets_its_override_and_refuses_other_methods(tmp_path: Path) ->
     assert not (tmp_path / "o").exists()
 
 
+def test_a_run_that_ended_elsewhere_is_read_from_its_record_not_run_again(
+    tmp_path: Path,
+) -> None:
+    """A new machine has the committed records but no run folders: a run with a record is
+    reported from it (the queue, benchmarks/pa3dfl_queue.sh, relies on this) and nothing runs."""
+    import shutil
+
+    committed = SCRIPT.parent / "records" / "pa3dfl" / "hetero-fedavg-r500-s0.json"
+    records = tmp_path / "records"
+    records.mkdir()
+    shutil.copy(committed, records / committed.name)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--methods", "fedavg", "--settings", "hetero",
+         "--seeds", "0", "--workers", "1", "--until-round", "1", "--out", str(out),
+         "--records", str(records)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ended before" in done.stderr and "not run again" in done.stderr
+    assert not out.exists()  # nothing ran, nothing written
+    (run,) = json.loads(done.stdout)["runs"]
+    record = json.loads(committed.read_text())
+    assert run["from_record"] == str(records / committed.name) and run["ended"] is True
+    assert run["rounds"] == 500 and run["comparable"] is True and run["paper"] == 87.76
+    assert run["rounds_done"] == record["summary"]["rounds_completed"]
+    assert run["best_round"] == record["summary"]["best_round"]
+    assert run["accuracy_before"] == round(100 * record["summary"]["accuracy_before"], 2)
+    assert run["all_clients"] == round(100 * record["all_clients"]["accuracy_before"], 2)
+    assert (records / committed.name).read_bytes() == committed.read_bytes()  # left as it was
+
+
 def test_every_config_stops_on_its_deployed_models_validation_over_the_window() -> None:
     import runpy
 
