@@ -17,29 +17,29 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 T1="$PY benchmarks/reproduce_pa3dfl_table1.py --workers 1"
 
-# lane a: runs of under an hour each first (the Hetero methods at 200 rounds, labelled r200 and
-# never compared with the paper's 500), then the 10,000-iteration IG attack on Pa3dFL's round-1
-# upload, then the Ideal methods at 200 rounds.
+# lane a: phase 1's missing cell (Pa3dFL, Ideal, 500 rounds: ~60 s a round here) and Algorithm
+# 1's selection analysis of it, then its labelled variants (hn_lr 1.0; Algorithm 2's p_min with
+# the step capped), then phase 1's Ideal seeds 1-2.
 LANE_A=(
-  "$T1 --methods local lg_fedavg fedrolex pfedgate --settings hetero --seeds 0 --rounds 200"
-  "$T1 --methods heterofl --settings hetero --seeds 0 --rounds 200 --set model=pa3dfl_cnn_fmnist_sbn --label sbn"
-  "$PY benchmarks/pa3dfl_leakage.py --methods pa3dfl --iterations 10000"
-  "$T1 --methods ditto pfedhn lg_fedavg local flanc tailorfl pfedgate heterofl fedrolex --settings ideal --seeds 0 --rounds 200"
-)
-
-# lane b: Table 3's ablation with FLANC's decomposition (Hetero, 500 rounds), then phase 1's
-# missing cell (Pa3dFL, Ideal, 500 rounds: ~60 s a round here), with Algorithm 1's selection
-# analysis after each, then the labelled variants (hn_lr 1.0; Algorithm 2's p_min with the step capped),
-# then phase 1's seeds 1-2.
-LANE_B=(
-  "$T1 --ablation flanc-dec --settings hetero --seeds 0"
-  "$PY benchmarks/pa3dfl_selection.py --settings hetero --seeds 0 --ablation flanc-dec"
   "$T1 --methods pa3dfl --settings ideal --seeds 0"
   "$PY benchmarks/pa3dfl_selection.py --settings ideal --seeds 0"
   "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.hn_lr=1.0 --label hnlr1"
   "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.rank_p_min=clients --set algorithm_params.step_scale_max=1 --label clients-cap1"
-  "$T1 --methods pa3dfl fjord --settings hetero --seeds 1 2"
   "$T1 --methods pa3dfl fjord fedavg --settings ideal --seeds 1 2"
+)
+
+# lane b: phase 2 (Table 3's ablation with FLANC's decomposition, Hetero, 500 rounds) and its
+# selection analysis; phase 3 (the other methods at 200 rounds, labelled r200 and never compared
+# with the paper's 500: Hetero first, runs of about an hour each here), with the 10,000-iteration
+# IG attack on Pa3dFL's round-1 upload between the settings; then phase 4's Hetero seeds 1-2.
+LANE_B=(
+  "$T1 --ablation flanc-dec --settings hetero --seeds 0"
+  "$PY benchmarks/pa3dfl_selection.py --settings hetero --seeds 0 --ablation flanc-dec"
+  "$T1 --methods local lg_fedavg fedrolex pfedgate --settings hetero --seeds 0 --rounds 200"
+  "$T1 --methods heterofl --settings hetero --seeds 0 --rounds 200 --set model=pa3dfl_cnn_fmnist_sbn --label sbn"
+  "$PY benchmarks/pa3dfl_leakage.py --methods pa3dfl --iterations 10000"
+  "$T1 --methods ditto pfedhn lg_fedavg local flanc tailorfl pfedgate heterofl fedrolex --settings ideal --seeds 0 --rounds 200"
+  "$T1 --methods pa3dfl fjord --settings hetero --seeds 1 2"
 )
 
 run_lane() {
