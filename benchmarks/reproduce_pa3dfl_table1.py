@@ -15,8 +15,8 @@ after that round). Per-round metrics go to ``metrics.jsonl``, the engine's summa
 ``benchmarks/records/pa3dfl/``, committed: see benchmarks/_runs.py); ``--summary`` reads the
 records beside OUT's folders, and a run that has a record but no folder under OUT (it ended on
 another machine) is reported from its record and not run again. Needs flcore only (no Ray,
-MLflow or Optuna). ``benchmarks/pa3dfl_queue.sh`` lists the runs issue 24 still needs, in two
-resumable lanes.
+MLflow or Optuna). ``benchmarks/pa3dfl_queue.sh`` runs what issue 24 still needs, in its order,
+resumably.
 
 An ended run is also measured on every client (``all_clients.json``, benchmarks/_runs.py
 ``evaluate_all_clients``): its best-validation state (``best.pt``, the best window's last round)
