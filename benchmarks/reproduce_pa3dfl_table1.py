@@ -191,8 +191,6 @@ def run_one(
         until_round=args.until_round,
         record=record_file(args, run_dir.name),
     )
-    comparable = is_comparable(cfg.rounds, args.label, args.set)
-    metric = OURS_METRIC[method]
     every = None
     if run_ended(engine, summary) and summary.get("diverged_round") is None and args.all_clients:
         if args.replay_best and engine.early_stopping_metric is not None:
@@ -201,32 +199,11 @@ def run_one(
         record = record_file(args, run_dir.name)
         if every is not None and record is not None and record.is_file():
             add_all_clients_to_record(record, every)
-    return {
-        "run": run_dir.name,
-        "method": method,
-        "setting": setting,
-        "overrides": args.set,
-        "seed": seed,
-        "rounds": engine.rounds,
-        "rounds_done": engine.round,
-        "ended": run_ended(engine, summary),
-        "diverged_round": summary.get("diverged_round"),
-        "stopped_early": engine.stopped_early,
-        "best_round": summary.get("best_round"),
-        "ours_metric": metric,
-        "accuracy": _pct(summary.get("accuracy")),
-        "accuracy_before": _pct(summary.get("accuracy_before")),
-        "accuracy_worst_width": _pct(summary.get("accuracy_worst_width")),
-        "accuracy_before_worst_width": _pct(summary.get("accuracy_before_worst_width")),
-        "global_accuracy": _pct(summary.get("global_accuracy")),
-        "all_clients": _pct(every.get(metric)) if every else None,
-        "all_clients_worst_width": _pct(every.get(f"{metric}_worst_width")) if every else None,
-        "all_clients_round": every.get("state_round") if every else None,
-        "paper": paper_figure(method, setting, args.label),
-        "comparable": comparable,
-        "seconds": round(spent, 1),
-        "device": cfg.device,
-    }
+    return run_row(
+        run_dir.name, method, setting, seed, args, summary, every,
+        rounds=engine.rounds, rounds_done=engine.round, ended=run_ended(engine, summary),
+        stopped_early=engine.stopped_early, seconds=round(spent, 1), device=cfg.device,
+    )  # fmt: skip
 
 
 def recorded_run(
@@ -237,20 +214,38 @@ def recorded_run(
     doc = json.loads(record.read_text())
     summary = doc["summary"]
     print(f"{doc['run']}: ended before (record {record}); not run again", file=sys.stderr)
+    return run_row(
+        doc["run"], method, setting, seed, args, summary, doc.get("all_clients"),
+        rounds=doc["config"].get("rounds"), rounds_done=summary.get("rounds_completed"),
+        ended=True, stopped_early=summary.get("early_stopped") == 1.0,
+        seconds=doc.get("seconds"), device=doc["config"].get("device"),
+        from_record=str(record),
+    )  # fmt: skip
+
+
+def run_row(
+    name: str,
+    method: str,
+    setting: str,
+    seed: int,
+    args: argparse.Namespace,
+    summary: dict[str, Any],
+    every: dict[str, Any] | None,
+    **run: Any,
+) -> dict[str, Any]:
+    """One run's entry in the JSON output: its name and what it ran (``run``: rounds, rounds
+    done, ended, stopped early, seconds, device, ...), its summary's accuracies in %, the
+    all-client evaluation's (``every``, if measured) and the paper's figure."""
     metric = OURS_METRIC[method]
-    every = doc.get("all_clients") or {}
+    every = every or {}
     return {
-        "run": doc["run"],
+        "run": name,
         "method": method,
         "setting": setting,
         "overrides": args.set,
         "seed": seed,
-        "rounds": doc["config"].get("rounds"),
-        "rounds_done": summary.get("rounds_completed"),
-        "ended": True,
-        "from_record": str(record),
+        **run,
         "diverged_round": summary.get("diverged_round"),
-        "stopped_early": summary.get("early_stopped") == 1.0,
         "best_round": summary.get("best_round"),
         "ours_metric": metric,
         "accuracy": _pct(summary.get("accuracy")),
@@ -262,9 +257,7 @@ def recorded_run(
         "all_clients_worst_width": _pct(every.get(f"{metric}_worst_width")),
         "all_clients_round": every.get("state_round"),
         "paper": paper_figure(method, setting, args.label),
-        "comparable": is_comparable(doc["config"].get("rounds"), args.label, args.set),
-        "seconds": doc.get("seconds"),
-        "device": doc["config"].get("device"),
+        "comparable": is_comparable(run["rounds"], args.label, args.set),
     }
 
 
