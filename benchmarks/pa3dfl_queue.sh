@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 T1="$PY benchmarks/reproduce_pa3dfl_table1.py --workers ${WORKERS:-2}"
 
-# 1. phase 1's missing cell: Pa3dFL, Ideal, 500 rounds (~60 s a round on one core here), and
+# 1. phase 1's missing cell: Pa3dFL, Ideal, 500 rounds (~30 s a round on both cores here), and
 #    what Algorithm 1's selection does on its best state;
 # 2. phase 2: Table 3's ablation with FLANC's decomposition (Hetero, 500 rounds), the same;
 # 3. the labelled variants that test the Ideal cell's slow start: hn_lr 1.0 (BENCHMARKS.md
