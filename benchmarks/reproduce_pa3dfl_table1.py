@@ -189,14 +189,13 @@ def run_one(
         checkpoint_every=args.checkpoint_every,
         deadline=deadline,
         until_round=args.until_round,
-        record=record_file(args, run_dir.name),
+        record=record,
     )
     every = None
     if run_ended(engine, summary) and summary.get("diverged_round") is None and args.all_clients:
         if args.replay_best and engine.early_stopping_metric is not None:
             replay_best(cfg, run_dir, checkpoint_every=args.checkpoint_every, deadline=deadline)
         every = evaluate_all_clients(cfg, run_dir)
-        record = record_file(args, run_dir.name)
         if every is not None and record is not None and record.is_file():
             add_all_clients_to_record(record, every)
     return run_row(
