@@ -195,12 +195,17 @@ def choices(row: dict[str, float], n: int, ties: str = "largest") -> dict[str, f
     val = [row[f"alpha_val_acc_{k}"] for k in range(n)]
     test = [row[f"alpha_test_acc_{k}"] for k in range(n)]
     loss = [row[f"alpha_val_loss_{k}"] for k in range(n)]
-    best = max(val)
+    from flcore.algorithms.widths.pa3dfl import select_alpha
+
+    def pick(rule: str) -> int:  # Algorithm 1's search itself, on the recorded scores
+        alpha, _ = select_alpha(lambda a: val[round(a * (n - 1))], n, rule)  # type: ignore[arg-type]
+        return round(alpha * (n - 1))
+
     picks = {
         "received": 0,
         "trained": n - 1,
-        "selected_ties_largest": max(k for k in range(n) if val[k] == best),
-        "selected_ties_smallest": min(k for k in range(n) if val[k] == best),
+        "selected_ties_largest": pick("largest"),
+        "selected_ties_smallest": pick("smallest"),
         "selected_by_val_loss": min(range(n), key=lambda k: (loss[k], k)),
         "oracle": max(range(n), key=lambda k: (test[k], -k)),
     }
