@@ -51,7 +51,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -197,8 +197,8 @@ def choices(row: dict[str, float], n: int, ties: str = "largest") -> dict[str, f
     loss = [row[f"alpha_val_loss_{k}"] for k in range(n)]
     from flcore.algorithms.widths.pa3dfl import select_alpha
 
-    def pick(rule: str) -> int:  # Algorithm 1's search itself, on the recorded scores
-        alpha, _ = select_alpha(lambda a: val[round(a * (n - 1))], n, rule)  # type: ignore[arg-type]
+    def pick(rule: Literal["largest", "smallest"]) -> int:  # Algorithm 1's own search
+        alpha, _ = select_alpha(lambda a: val[round(a * (n - 1))], n, rule)
         return round(alpha * (n - 1))
 
     picks = {
