@@ -37,12 +37,16 @@ The run folder is the one ``benchmarks/reproduce_pa3dfl_table1.py`` writes for t
 ``--settings``, ``--seeds``, ``--ablation`` / ``--set`` and ``--label`` (500 rounds unless
 ``--rounds``); its ``best.pt`` is copied before it is read (a run under way rewrites it), or
 ``checkpoint.pt`` with ``--state last``. Output: ``~/.cache/fedsweep-runs/pa3dfl/selection.json``
-(one entry per run and state, replaced when measured again); ``--summary`` prints its table.
+(one entry per run and state, replaced when measured again); a state already measured there,
+the same file (its SHA-256) for the same clients, is passed over unless ``--again``, so the
+queue (``benchmarks/pa3dfl_queue.sh``) can run this step again at no cost. ``--summary`` prints
+its table.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import shutil
@@ -285,6 +289,25 @@ def locate(setting: str, seed: int, args: argparse.Namespace) -> tuple[Any, str,
     return cfg, name, state
 
 
+def sha256(path: Path) -> str:
+    """The state file's content digest: what says two measurements read the same state."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def measured(doc: dict[str, Any], name: str, state: Path, clients: int) -> bool:
+    """Whether ``doc`` holds this state file, to the byte, measured on these clients."""
+    old = doc.get("runs", {}).get(f"{name}@{state.name}")
+    return (
+        old is not None
+        and old.get("state_sha256") == sha256(state)
+        and len(old["per_client"]) == clients
+    )
+
+
 def measure(cfg: Any, name: str, state: Path, clients: int | None) -> dict[str, Any]:
     """Every client (or the first ``clients``) of one run's state, scored along the grid."""
     from flcore.experiment import build_data, build_engine
@@ -298,6 +321,7 @@ def measure(cfg: Any, name: str, state: Path, clients: int | None) -> dict[str, 
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / state.name
         shutil.copyfile(state, copy)  # a run under way replaces it as it goes
+        digest = sha256(copy)
         engine.load_checkpoint(copy)
     ids = list(range(clients)) if clients else None
     print(
@@ -313,6 +337,7 @@ def measure(cfg: Any, name: str, state: Path, clients: int | None) -> dict[str, 
         "run": name,
         "state": state.name,
         "state_round": engine.round,
+        "state_sha256": digest,
         "n_alpha": n,
         "alpha_ties": ties,
         "seconds": round(time.perf_counter() - start, 1),
@@ -429,6 +454,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--clients", type=int, help="the first N clients only (default: all)")
     ap.add_argument("--runs", type=Path, default=runs_dir("pa3dfl"), help="the run folders")
     ap.add_argument("--out", type=Path, default=runs_dir("pa3dfl") / "selection.json")
+    ap.add_argument("--again", action="store_true", help="measure states OUT already holds")
     ap.add_argument("--summary", action="store_true", help="print the table of OUT")
     ap.add_argument(
         "--plot",
@@ -458,6 +484,9 @@ def main(argv: list[str] | None = None) -> None:
     if missing:
         ap.error(f"no run state: {', '.join(missing)}")
     for cfg, name, state in runs:
+        if not args.again and measured(doc, name, state, args.clients or cfg.num_clients):
+            print(f"{name}: {state.name} already measured (--again to redo)", file=sys.stderr)
+            continue
         entry = measure(cfg, name, state, args.clients) | {"overrides": args.set}
         doc["runs"][f"{entry['run']}@{entry['state']}"] = entry
         doc["machine"] = machine()

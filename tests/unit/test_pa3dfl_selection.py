@@ -121,6 +121,19 @@ def test_the_grid_reproduces_the_runs_own_figures(data_root: Path, tmp_path: Pat
     # the global head is fixed, so a round-2 state's received body with it scores as M0
     assert s["body_head"]["received_global"]["test"] == pytest.approx(s["received"]["test"])
 
+    # the same state again is passed over (the queue reruns this step); other clients are not
+    before = out.read_bytes()
+    again = [sys.executable, str(SCRIPT), "--rounds", "2", "--runs", str(runs), "--out", str(out)]
+    done = subprocess.run([*again, *small], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "best.pt already measured" in done.stderr, done.stderr[-3000:]
+    assert out.read_bytes() == before
+    done = subprocess.run(
+        [*again, *small, "--clients", "2"], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    redone = json.loads(out.read_text())["runs"]["ideal-pa3dfl-tiny-r2-s0@best.pt"]
+    assert len(redone["per_client"]) == 2 and redone["state_sha256"] == entry["state_sha256"]
+
 
 def test_bad_input_is_refused_before_any_work(tmp_path: Path) -> None:
     out = tmp_path / "selection.json"
