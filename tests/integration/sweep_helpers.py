@@ -59,12 +59,17 @@ def write_spec(tmp: Path, spec: dict[str, Any]) -> Path:
     return path
 
 
+#: not passed on: the CLI's own defaults must hold, not what this process set (opening a store
+#: sets the progress-bar default in os.environ)
+_NOT_INHERITED = {
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_EXPERIMENT_NAME",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR",
+}
+
+
 def env(**extra: str) -> dict[str, str]:
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME"}
-    }
+    base = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
     base["PYTHONPATH"] = str(ROOT) + os.pathsep + base.get("PYTHONPATH", "")
     base["RAY_USAGE_STATS_ENABLED"] = "0"
     return base | extra

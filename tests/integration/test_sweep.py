@@ -112,6 +112,7 @@ def test_two_trial_sweep_parent_children_parquet_study_and_a_refused_resume(
     # the report of a real sweep holds the spec its parent run logged
     report = cli(["report", "--experiment", "sweep-tests", "--out", "report.html"], tmp_path)
     assert report.returncode == 0, report.stderr[-2000:]
+    assert "Downloading artifacts" not in report.stderr  # no tqdm bar per attack grid read
     html = (tmp_path / "report.html").read_text()
     assert "Sweep <code>t</code>" in html and "sweep_spec.json" in html
     assert doc["parent_run_id"][:8] in html and "not started by a sweep" not in html
