@@ -167,6 +167,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -373,6 +374,7 @@ class Pa3dFLHyperNetwork(nn.Module):
 
 _KAPPA = 0.25  # the top curvature each step-scaled group may add to the per-value ``base``'s 1
 _POWER_ITERS = 20
+_JIT_DEPRECATED = r"`torch\.jit\.script` is deprecated"
 
 
 def top_eigenvalue(
@@ -394,7 +396,11 @@ def top_eigenvalue(
         if float(norm) == 0.0:
             return 0.0
         v = tuple(x / norm for x in v)
-        _, jv = jvp(fn, primals, vjp_fn(v))
+        with warnings.catch_warnings():
+            # a process's first jvp loads torch's forward-mode decompositions through
+            # torch.jit.script, which warns of its own deprecation: torch's, not a user's to act on
+            warnings.filterwarnings("ignore", _JIT_DEPRECATED, FutureWarning)
+            _, jv = jvp(fn, primals, vjp_fn(v))
         lam = float(sum((a.detach() * b).sum() for a, b in zip(jv, v, strict=True)))
         v = tuple(x.detach() for x in jv)
     return lam

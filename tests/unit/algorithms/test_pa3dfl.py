@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -310,6 +312,24 @@ def test_fewer_power_iterations_estimate_each_top_eigenvalue_lower() -> None:
     assert all(many[k] <= few[k] * (1 + 1e-6) for k in few)
     changed = {k.rsplit(".", 1)[0] for k in few if many[k] < few[k] * (1 - 1e-3)}
     assert {"decoders.0", "head_decoder", "encoder.0"} <= changed, changed
+
+
+def test_the_power_iteration_leaves_no_torch_internal_warning() -> None:
+    # a fresh process's first jvp makes torch script its forward-mode decompositions, and
+    # torch.jit.script warns of its own deprecation: a user of pa3dfl has nothing to act on
+    code = (
+        "import torch\n"
+        "from flcore.algorithms.widths.pa3dfl import top_eigenvalue\n"
+        "w = torch.randn(3, 4)\n"
+        "lam = top_eigenvalue(lambda x: (torch.tanh(x @ w),), (torch.randn(2, 3),),\n"
+        "                     torch.Generator().manual_seed(0), iters=3)\n"
+        "assert lam > 0\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "error::FutureWarning", "-c", code],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[3],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 class _Rec(Callback):
