@@ -32,25 +32,63 @@ class QueryFormat(StrEnum):
     parquet = "parquet"
 
 
+#: what ``fedsweep run`` shows of its summary, in this order: every run's figures, then those only
+#: some runs have (privacy beyond ``epsilon``, the worst capacity cluster, early stopping's best
+#: window, an attack's headline leakage: `fedsweep attack` shows all of it), shown when the
+#: summary holds them
+_SUMMARY_ROWS = (
+    "algorithm",
+    "dataset",
+    "accuracy",
+    "accuracy_before",
+    "global_accuracy",
+    "accuracy_worst_width",
+    "accuracy_before_worst_width",
+    "epsilon",
+    "dp_guarantee",
+    "dp_relation",
+    "client_sampling",
+    "rounds",
+    "rounds_completed",
+    "best_round",
+    "best_window_start",
+    "early_stopped",
+    "evaluated_clients",
+    "leak_psnr_gain",
+    "leak_ssim_gain",
+    "leak_identified",
+    "leak_psnr_gain_worst_round",
+    "leak_identified_worst_round",
+    "leak_reason",
+    "seconds",
+    "bytes_up",
+    "bytes_down",
+    "run_id",
+    "metrics_path",
+)
+_ALWAYS = frozenset(
+    ("algorithm", "dataset", "accuracy", "accuracy_before", "global_accuracy", "epsilon")
+    + ("rounds", "seconds", "bytes_up", "bytes_down", "run_id", "metrics_path")
+)
+
+
+def _summary_keys(result: dict[str, Any]) -> list[str]:
+    keys = [k for k in _SUMMARY_ROWS if k in _ALWAYS or k in result]
+    at = keys.index("epsilon") + 1  # the other epsilons beside it (epsilon_shared, ...)
+    more = sorted(k for k in result if k.startswith("epsilon_"))
+    keys[at:at] = more
+    return keys
+
+
 def print_summary(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title="result", show_header=False)
-    for key in (
-        "algorithm",
-        "dataset",
-        "accuracy",
-        "accuracy_before",
-        "global_accuracy",
-        "rounds",
-        "seconds",
-        "bytes_up",
-        "bytes_down",
-        "run_id",
-        "metrics_path",
-    ):
+    for key in _summary_keys(result):
         value = result.get(key)
-        if isinstance(value, float):
+        if key == "early_stopped" and value is not None:  # 1.0 / 0.0 as an MLflow metric
+            value = "yes" if value else "no"
+        elif isinstance(value, float):
             value = f"{value:.4f}" if abs(value) < 1e5 else f"{value:.4g}"
         table.add_row(key, str(value))
     Console().print(table)
