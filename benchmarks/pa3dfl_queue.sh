@@ -20,25 +20,27 @@ T1="$PY benchmarks/reproduce_pa3dfl_table1.py --workers ${WORKERS:-2}"
 # 1. phase 1's missing cell: Pa3dFL, Ideal, 500 rounds (~30 s a round on both cores here), and
 #    what Algorithm 1's selection does on its best state;
 # 2. phase 2: Table 3's ablation with FLANC's decomposition (Hetero, 500 rounds), the same;
-# 3. the labelled variants that test the Ideal cell's slow start: hn_lr 1.0 (BENCHMARKS.md
-#    session 50), and Table 7's hn_lr 0.1 under the paper's plain HN step (session 53);
-# 4. phase 3: the other methods at 200 rounds (labelled r200, never compared with the paper's
+# 3. phase 3: the other methods at 200 rounds (labelled r200, never compared with the paper's
 #    500), Hetero first, with the 10,000-iteration IG attack on Pa3dFL's round-1 upload before
-#    the Ideal ones; then Algorithm 2's p_min with the step capped (labelled);
-# 5. phase 4: seeds 1-2 of phase 1.
+#    the Ideal ones;
+# 4. phase 4: seeds 1-2 of phase 1 (whether Pa3dFL's Ideal miss is within seed noise);
+# 5. then the labelled variants, diagnoses beyond the issue's runs (after them since session 55):
+#    hn_lr 1.0 and Table 7's hn_lr 0.1 under the paper's plain HN step, which test the Ideal
+#    cell's slow start (BENCHMARKS.md sessions 50 and 53), and Algorithm 2's p_min with the
+#    step capped.
 QUEUE=(
   "$T1 --methods pa3dfl --settings ideal --seeds 0"
   "$PY benchmarks/pa3dfl_selection.py --settings ideal --seeds 0"
   "$T1 --ablation flanc-dec --settings hetero --seeds 0"
   "$PY benchmarks/pa3dfl_selection.py --settings hetero --seeds 0 --ablation flanc-dec"
-  "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.hn_lr=1.0 --label hnlr1"
-  "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.hn_step=plain --label hnplain"
   "$T1 --methods local lg_fedavg fedrolex pfedgate --settings hetero --seeds 0 --rounds 200"
   "$T1 --methods heterofl --settings hetero --seeds 0 --rounds 200 --set model=pa3dfl_cnn_fmnist_sbn --label sbn"
   "$PY benchmarks/pa3dfl_leakage.py --methods pa3dfl --iterations 10000"
   "$T1 --methods ditto pfedhn lg_fedavg local flanc tailorfl pfedgate heterofl fedrolex --settings ideal --seeds 0 --rounds 200"
-  "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.rank_p_min=clients --set algorithm_params.step_scale_max=1 --label clients-cap1"
   "$T1 --methods pa3dfl fjord fedavg --settings hetero ideal --seeds 1 2"
+  "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.hn_lr=1.0 --label hnlr1"
+  "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.hn_step=plain --label hnplain"
+  "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.rank_p_min=clients --set algorithm_params.step_scale_max=1 --label clients-cap1"
 )
 
 run_queue() {
