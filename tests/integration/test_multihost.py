@@ -58,6 +58,8 @@ print(json.dumps(out))
 #: a plugin package that exists only on the head host (its private /tmp): a trial on a worker
 #: host can import it only because the driver ships it (runtime_env py_modules)
 _PLUGIN = """
+import time
+
 from flcore.algorithms.base import ALGORITHMS
 from flcore.algorithms.fedavg import FedAvg
 from search_spaces.base import SPACES, param_name
@@ -66,6 +68,10 @@ from search_spaces.base import SPACES, param_name
 @ALGORITHMS.register("fedavg_headonly")
 class FedAvgHeadOnly(FedAvg):
     name = "fedavg_headonly"
+
+    def end_round(self, round):
+        time.sleep(1.5)  # a trial outlasts the probe's look at it: the kill lands mid-trial
+        super().end_round(round)
 
 
 @SPACES.register("fedavg_headonly")
@@ -205,14 +211,20 @@ def test_a_sweep_survives_losing_a_worker_host(fmnist, data_root: Path, tmp_path
                     stderr=(home / "driver.log").open("w"),
                     text=True,
                 )
-                # once a trial on w1 has reported a round, w1 goes down, all of it at once
+                # once a trial on w1 has reported a round (so it has a checkpoint) and has
+                # rounds left (at 1.5 s or more each, several times what this look takes), w1
+                # goes down, all of it at once: a trial that had ended, its run not yet closed,
+                # would move nothing
                 deadline, killed = time.monotonic() + 300, 0
+                probe = [sys.executable, "-c", _PROBE, url, "hosts", "steps"]
                 while time.monotonic() < deadline and driver.poll() is None:
-                    runs = json.loads(
-                        _on(hosts, "head", [sys.executable, "-c", _PROBE, url, "hosts"], base)
-                    )
-                    on_w1 = [r for r in runs if r["tags"].get("node_ip") == hosts.ip["w1"]]
-                    if on_w1 and any(r["status"] == "RUNNING" for r in on_w1):
+                    runs = json.loads(_on(hosts, "head", probe, base))
+                    if any(
+                        r["tags"].get("node_ip") == hosts.ip["w1"]
+                        and r["status"] == "RUNNING"
+                        and 1 <= max(r["steps"], default=0) <= ROUNDS - 4
+                        for r in runs
+                    ):
                         killed = hosts.kill("w1")
                         break
                     time.sleep(1)
