@@ -291,11 +291,8 @@ def locate(setting: str, seed: int, args: argparse.Namespace) -> tuple[Any, str,
 
 def sha256(path: Path) -> str:
     """The state file's content digest: what says two measurements read the same state."""
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def measured(doc: dict[str, Any], name: str, state: Path, clients: int) -> bool:
