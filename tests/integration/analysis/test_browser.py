@@ -26,6 +26,21 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+#: (a JS expression) the elements whose right edge passes the window's, outside any box that
+#: scrolls or clips
+_WIDER_THAN_THE_WINDOW = """(() => {
+const width = document.documentElement.clientWidth, out = [];
+for (const el of document.querySelectorAll('body *')) {
+  const right = el.getBoundingClientRect().right;
+  if (right <= width + 1) continue;
+  let p = el.parentElement, boxed = false;
+  while (p && !boxed) { boxed = getComputedStyle(p).overflowX !== 'visible'; p = p.parentElement; }
+  if (!boxed) out.push(`${el.tagName}#${el.id} ends at ${Math.round(right)}`);
+}
+return out;
+})()"""
+
+
 @pytest.fixture
 def browser():  # type: ignore[no-untyped-def]
     from selenium import webdriver
@@ -69,6 +84,11 @@ def test_report_renders_in_chromium(
     plotted = wait_for(
         browser, "return document.querySelectorAll('#pareto-interactive svg.main-svg').length"
     )
+    # nothing widens the page past a narrow window: a wide table scrolls in its own box
+    browser.set_window_size(700, 1000)
+    # (plotly redraws its responsive figure a moment after the resize)
+    fits = wait_for(browser, f"return {_WIDER_THAN_THE_WINDOW}.length === 0", timeout=10)
+    assert fits, browser.execute_script(f"return {_WIDER_THAN_THE_WINDOW}")
     height = browser.execute_script("return document.documentElement.scrollHeight")
     browser.set_window_size(1280, min(int(height) + 100, 16000))
     shot = artifacts_dir / "report.png"
