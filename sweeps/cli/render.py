@@ -66,6 +66,7 @@ _SUMMARY_ROWS = (
     "run_id",
     "metrics_path",
 )
+#: the rows every run shows, ``None`` where its summary lacks the figure
 _ALWAYS = frozenset(
     ("algorithm", "dataset", "accuracy", "accuracy_before", "global_accuracy", "epsilon")
     + ("rounds", "seconds", "bytes_up", "bytes_down", "run_id", "metrics_path")
