@@ -471,25 +471,52 @@ def attacked_run(cfg: Any, state_dir: Path) -> tuple[Any, dict[str, Any]]:
     return engine, {k: summary.get(k) for k in LEAKAGE_KEYS} | {"seconds": seconds}
 
 
-def run_cases(out: Path, cases: Iterable[tuple[str, Callable[[], dict[str, Any]]]]) -> dict:
+def run_cases(
+    out: Path,
+    cases: Iterable[tuple[str, Callable[[], dict[str, Any]]]],
+    record: Path | None = None,
+) -> dict:
     """Run each ``(key, case)`` whose key is not yet under ``cases`` in the JSON file ``out``
     (a resumable chunk: a case in the file is not run again), rewriting the file after each
     case; the file keeps the machine of its first run (``_machine.machine``). Progress goes to
-    stderr. Returns the whole document."""
-    from _machine import machine
+    stderr. Returns the whole document.
+
+    ``record`` (a committed JSON file of the same layout, gathered across machines and
+    sessions) is read first: a case it holds is not run again (a laid-anew machine's empty
+    ``out`` does not redo it), and each case that ends here is written into it too, with this
+    machine and the code it ran (``_machine.code_version``), atomically."""
+    from _machine import code_version, machine
 
     out.parent.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = json.loads(out.read_text()) if out.is_file() else {}
     doc.setdefault("machine", machine())
     done = doc.setdefault("cases", {})
+    kept: dict[str, Any] = {}
+    if record is not None and record.is_file():
+        kept = json.loads(record.read_text()).get("cases", {})
     for key, case in cases:
         if key in done:
+            continue
+        if key in kept:
+            print(f"[leakage] {key}: in {record}, not run again", file=sys.stderr, flush=True)
             continue
         print(f"[leakage] {key}", file=sys.stderr, flush=True)
         done[key] = case()
         print(f"[leakage] {key}: {done[key]}", file=sys.stderr, flush=True)
         out.write_text(json.dumps(doc, indent=1))
+        if record is not None:
+            _add_to_record(record, key, done[key] | {"machine": machine(), "code": code_version()})
     return doc
+
+
+def _add_to_record(record: Path, key: str, case: dict[str, Any]) -> None:
+    """Write ``case`` under ``key`` into the record file (made if need be), atomically."""
+    doc: dict[str, Any] = json.loads(record.read_text()) if record.is_file() else {}
+    doc.setdefault("cases", {})[key] = case
+    record.parent.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_name(record.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(record)
 
 
 def read_curve(run: dict[str, Any]) -> list[dict[str, Any]]:

@@ -23,7 +23,10 @@ ones asked for.
 
 Resumable as benchmarks/lodmeta_leakage.py is (``_runs.run_cases``: a case already in the
 output is skipped; IG's state is kept in ``<out>.state/``). Output:
-``~/.cache/fedsweep-runs/pa3dfl/leakage.json`` by default.
+``~/.cache/fedsweep-runs/pa3dfl/leakage.json`` by default. Each case that ends is also written
+into ``--records`` (default ``benchmarks/records/pa3dfl/leakage.json``, committed, with the
+machine and code it ran; ``--records ''``: nowhere), and a case that file holds is not run
+again, on this machine or another.
 """
 
 from __future__ import annotations
@@ -98,6 +101,11 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="key=value for every run")
     ap.add_argument("--label", default="", help="names the --set variant in the output")
     ap.add_argument("--out", type=Path, default=runs_dir("pa3dfl") / "leakage.json")
+    ap.add_argument(
+        "--records",
+        default=str(REPO / "benchmarks" / "records" / "pa3dfl" / "leakage.json"),
+        help="the committed record of ended cases ('': none)",
+    )
     args = ap.parse_args()
     if args.round < 1 or args.images < 1 or args.iterations < 1:
         ap.error("--round, --images and --iterations must be at least 1")
@@ -111,7 +119,7 @@ def main() -> None:
         for setting in args.settings
         for method in args.methods
     )
-    done = run_cases(args.out, cases)
+    done = run_cases(args.out, cases, Path(args.records) if args.records else None)
     print(json.dumps(done, indent=1))
 
 
