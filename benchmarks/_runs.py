@@ -52,6 +52,7 @@ __all__ = [
     "replay_best",
     "resume_run",
     "run_cases",
+    "add_to_record",
     "run_ended",
     "runs_dir",
     "save_figure",
@@ -484,8 +485,8 @@ def run_cases(
     ``record`` (a committed JSON file of the same layout, gathered across machines and
     sessions) is read first: a case it holds is not run again (a laid-anew machine's empty
     ``out`` does not redo it), and each case that ends here is written into it too, with this
-    machine and the code it ran (``_machine.code_version``), atomically."""
-    from _machine import code_version, machine
+    machine and the code it ran (:func:`add_to_record`)."""
+    from _machine import machine
 
     out.parent.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = json.loads(out.read_text()) if out.is_file() else {}
@@ -505,18 +506,18 @@ def run_cases(
         print(f"[leakage] {key}: {done[key]}", file=sys.stderr, flush=True)
         out.write_text(json.dumps(doc, indent=1))
         if record is not None:
-            _add_to_record(record, key, done[key] | {"machine": machine(), "code": code_version()})
+            add_to_record(record, "cases", key, done[key])
     return doc
 
 
-def _add_to_record(record: Path, key: str, case: dict[str, Any]) -> None:
-    """Write ``case`` under ``key`` into the record file (made if need be), atomically."""
+def add_to_record(record: Path, section: str, key: str, entry: dict[str, Any]) -> None:
+    """Write ``entry`` under ``doc[section][key]`` of the committed record file ``record``
+    (made if need be), with this machine and the code it ran (``_machine``), atomically."""
+    from _machine import code_version, machine
+
     doc: dict[str, Any] = json.loads(record.read_text()) if record.is_file() else {}
-    doc.setdefault("cases", {})[key] = case
-    record.parent.mkdir(parents=True, exist_ok=True)
-    tmp = record.with_name(record.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    tmp.replace(record)
+    doc.setdefault(section, {})[key] = entry | {"machine": machine(), "code": code_version()}
+    write_json(record, doc)
 
 
 def read_curve(run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -674,6 +675,8 @@ def scan_runs(
     and no summary yet (a first chunk still running), their summary ``{}``."""
     found: dict[str, tuple[dict[str, Any], Path | None, dict[str, Any] | None]] = {}
     for file in sorted(records.glob("*.json")) if records is not None and records.is_dir() else []:
+        if pattern.match(file.stem) is None:
+            continue  # not a run's record
         doc = json.loads(file.read_text())
         found[file.stem] = (doc["summary"], None, doc)
     for folder in sorted(out.iterdir()) if out.is_dir() else []:

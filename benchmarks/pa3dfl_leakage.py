@@ -24,7 +24,7 @@ ones asked for.
 Resumable as benchmarks/lodmeta_leakage.py is (``_runs.run_cases``: a case already in the
 output is skipped; IG's state is kept in ``<out>.state/``). Output:
 ``~/.cache/fedsweep-runs/pa3dfl/leakage.json`` by default. Each case that ends is also written
-into ``--records`` (default ``benchmarks/records/pa3dfl/leakage.json``, committed, with the
+into ``--records`` (default ``benchmarks/records/pa3dfl_leakage/leakage.json``, committed, with the
 machine and code it ran; ``--records ''``: nowhere), and a case that file holds is not run
 again, on this machine or another.
 """
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _runs import attacked_run, run_cases, runs_dir  # noqa: E402
+from _runs import RECORDS, attacked_run, run_cases, runs_dir  # noqa: E402
 
 from flcore.config import load_config  # noqa: E402
 
@@ -103,7 +103,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=runs_dir("pa3dfl") / "leakage.json")
     ap.add_argument(
         "--records",
-        default=str(REPO / "benchmarks" / "records" / "pa3dfl" / "leakage.json"),
+        default=str(RECORDS / "pa3dfl_leakage" / "leakage.json"),
         help="the committed record of ended cases ('': none)",
     )
     args = ap.parse_args()

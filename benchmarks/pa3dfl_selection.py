@@ -37,10 +37,13 @@ The run folder is the one ``benchmarks/reproduce_pa3dfl_table1.py`` writes for t
 ``--settings``, ``--seeds``, ``--ablation`` / ``--set`` and ``--label`` (500 rounds unless
 ``--rounds``); its ``best.pt`` is copied before it is read (a run under way rewrites it), or
 ``checkpoint.pt`` with ``--state last``. Output: ``~/.cache/fedsweep-runs/pa3dfl/selection.json``
-(one entry per run and state, replaced when measured again); a state already measured there,
-the same file (its SHA-256) for the same clients, is passed over unless ``--again``, so the
-queue (``benchmarks/pa3dfl_queue.sh``) can run this step again at no cost. ``--summary`` prints
-its table.
+(one entry per run and state, replaced when measured again), and each entry is also written
+into ``--records`` (default ``benchmarks/records/pa3dfl_selection/selection.json``, committed,
+with the machine and code it ran; ``--records ''``: nowhere). A state already measured in
+either, the same file (its SHA-256) for the same clients, is passed over unless ``--again``, so
+the queue (``benchmarks/pa3dfl_queue.sh``) can run this step again at no cost; so is a run whose
+state is not on this machine but whose entry the record holds (it was measured elsewhere).
+``--summary`` prints the table of both (OUT's entry where both hold one).
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ from typing import Any, Literal
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine  # noqa: E402
-from _runs import BEST, runs_dir, save_figure, write_json  # noqa: E402
+from _runs import BEST, RECORDS, add_to_record, runs_dir, save_figure, write_json  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 #: the selection rules, in the table's order (module docstring)
@@ -451,8 +454,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--clients", type=int, help="the first N clients only (default: all)")
     ap.add_argument("--runs", type=Path, default=runs_dir("pa3dfl"), help="the run folders")
     ap.add_argument("--out", type=Path, default=runs_dir("pa3dfl") / "selection.json")
-    ap.add_argument("--again", action="store_true", help="measure states OUT already holds")
-    ap.add_argument("--summary", action="store_true", help="print the table of OUT")
+    ap.add_argument(
+        "--records",
+        default=str(RECORDS / "pa3dfl_selection" / "selection.json"),
+        help="the committed record of measured states ('': none)",
+    )
+    ap.add_argument("--again", action="store_true", help="measure states already measured")
+    ap.add_argument("--summary", action="store_true", help="print the table of OUT and the record")
     ap.add_argument(
         "--plot",
         type=Path,
@@ -471,24 +479,34 @@ def main(argv: list[str] | None = None) -> None:
     if args.clients is not None and args.clients < 1:
         ap.error("--clients must be at least 1")
     doc = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": {}}
+    record = Path(args.records) if args.records else None
+    kept = json.loads(record.read_text())["runs"] if record and record.is_file() else {}
+    known = {"runs": kept | doc["runs"]}  # what was measured, here or elsewhere
     if args.summary:
-        print(table(doc))
+        print(table(known))
         if args.plot is not None:
-            print(plot_alpha(doc, args.plot) or "nothing measured: no figure", file=sys.stderr)
+            print(plot_alpha(known, args.plot) or "nothing measured: no figure", file=sys.stderr)
         return
     runs = [locate(setting, seed, args) for setting in args.settings for seed in args.seeds]
-    missing = [str(state) for _, _, state in runs if not state.is_file()]
+    elsewhere = {n for _, n, state in runs if not state.is_file() and f"{n}@{state.name}" in kept}
+    missing = [str(state) for _, n, state in runs if not state.is_file() and n not in elsewhere]
     if missing:
         ap.error(f"no run state: {', '.join(missing)}")
     for cfg, name, state in runs:
-        if not args.again and measured(doc, name, state, args.clients or cfg.num_clients):
+        if name in elsewhere:
+            print(f"{name}: measured in {record}; its state is not here", file=sys.stderr)
+            continue
+        if not args.again and measured(known, name, state, args.clients or cfg.num_clients):
             print(f"{name}: {state.name} already measured (--again to redo)", file=sys.stderr)
             continue
         entry = measure(cfg, name, state, args.clients) | {"overrides": args.set}
-        doc["runs"][f"{entry['run']}@{entry['state']}"] = entry
+        key = f"{entry['run']}@{entry['state']}"
+        doc["runs"][key] = known["runs"][key] = entry
         doc["machine"] = machine()
         write_json(args.out, doc)  # after each run: a later run's failure keeps it
-    print(table(doc))
+        if record is not None:
+            add_to_record(record, "runs", key, entry)
+    print(table(known))
 
 
 if __name__ == "__main__":

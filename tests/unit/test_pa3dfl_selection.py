@@ -1,12 +1,14 @@
 """benchmarks/pa3dfl_selection.py: each selection rule picks the alpha its definition says (a
 hand-made grid), and on a tiny real-FMNIST Pa3dFL run its instrumented evaluation reproduces the
 run's own all-client figures (alpha 0 is M0, Pa3dFL's pick is the grid's) while scoring every
-alpha; bad input is refused before any work."""
+alpha, and keeps each measurement in the committed record too (a machine laid anew passes over it);
+bad input is refused before any work."""
 
 from __future__ import annotations
 
 import json
 import runpy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +79,7 @@ def test_the_figure_draws_each_runs_grid_means(tmp_path: Path) -> None:
 @pytest.mark.slow  # a 2-round Pa3dFL run, its all-client evaluation, then the grid: ~40 s
 def test_the_grid_reproduces_the_runs_own_figures(data_root: Path, tmp_path: Path) -> None:
     out, runs = tmp_path / "selection.json", tmp_path / "runs"
+    record = tmp_path / "records" / "selection.json"
     small = [
         "--set", f"data_root={data_root}", "--set", "num_clients=6",
         "--set", "samples_per_client=60", "--set", "local_epochs=1",
@@ -95,7 +98,7 @@ def test_the_grid_reproduces_the_runs_own_figures(data_root: Path, tmp_path: Pat
 
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--rounds", "2", "--runs", str(runs), "--out", str(out),
-         *small],
+         "--records", str(record), *small],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -124,6 +127,7 @@ def test_the_grid_reproduces_the_runs_own_figures(data_root: Path, tmp_path: Pat
     # the same state again is passed over (the queue reruns this step); other clients are not
     before = out.read_bytes()
     again = [sys.executable, str(SCRIPT), "--rounds", "2", "--runs", str(runs), "--out", str(out)]
+    again += ["--records", str(record)]
     done = subprocess.run([*again, *small], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "best.pt already measured" in done.stderr, done.stderr[-3000:]
     assert out.read_bytes() == before
@@ -133,6 +137,20 @@ def test_the_grid_reproduces_the_runs_own_figures(data_root: Path, tmp_path: Pat
     assert done.returncode == 0, done.stderr[-3000:]
     redone = json.loads(out.read_text())["runs"]["ideal-pa3dfl-tiny-r2-s0@best.pt"]
     assert len(redone["per_client"]) == 2 and redone["state_sha256"] == entry["state_sha256"]
+
+    # every measurement is also in the committed record, with its machine and code
+    kept = json.loads(record.read_text())["runs"]["ideal-pa3dfl-tiny-r2-s0@best.pt"]
+    assert {k: v for k, v in kept.items() if k not in ("machine", "code")} == redone
+    assert kept["machine"]["cpus"] >= 1 and "commit" in kept["code"]
+    # a machine laid anew (no output, no run folder): the record's entry is reported and
+    # passed over, nothing is measured or written
+    out.unlink()
+    shutil.rmtree(runs)
+    done = subprocess.run([*again, *small], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "its state is not here" in done.stderr, done.stderr[-3000:]
+    assert not out.exists() and "| ideal-pa3dfl-tiny-r2-s0 | best.pt (" in done.stdout
+    summary = subprocess.run([*again, "--summary"], capture_output=True, text=True, timeout=600)
+    assert summary.returncode == 0 and "| ideal-pa3dfl-tiny-r2-s0 | best.pt (" in summary.stdout
 
 
 def test_bad_input_is_refused_before_any_work(tmp_path: Path) -> None:

@@ -100,6 +100,8 @@ def test_a_tiny_run_stops_resumes_ends_and_summarises(data_root: Path, tmp_path:
             capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
 
+    # a file in the folder that is not a run's record is passed over
+    (tmp_path / "records" / "notes.json").write_text('{"runs": {}}')
     table = summary(out)
     row = next(line for line in table.splitlines() if line.startswith("| local (tiny)"))
     cells = [c.strip() for c in row.strip("|").split("|")]
