@@ -485,8 +485,8 @@ def run_cases(
     ``record`` (a committed JSON file of the same layout, gathered across machines and
     sessions) is read first: a case it holds is not run again (a laid-anew machine's empty
     ``out`` does not redo it), and each case that ends here is written into it too, with this
-    machine and the code it ran (:func:`add_to_record`)."""
-    from _machine import machine
+    machine and the code it started with (:func:`add_to_record`)."""
+    from _machine import code_version, machine
 
     out.parent.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = json.loads(out.read_text()) if out.is_file() else {}
@@ -502,21 +502,25 @@ def run_cases(
             print(f"[leakage] {key}: in {record}, not run again", file=sys.stderr, flush=True)
             continue
         print(f"[leakage] {key}", file=sys.stderr, flush=True)
+        code = code_version()  # the code the case starts with (a commit may land meanwhile)
         done[key] = case()
         print(f"[leakage] {key}: {done[key]}", file=sys.stderr, flush=True)
         out.write_text(json.dumps(doc, indent=1))
         if record is not None:
-            add_to_record(record, "cases", key, done[key])
+            add_to_record(record, "cases", key, done[key], code)
     return doc
 
 
-def add_to_record(record: Path, section: str, key: str, entry: dict[str, Any]) -> None:
+def add_to_record(
+    record: Path, section: str, key: str, entry: dict[str, Any], code: dict[str, Any]
+) -> None:
     """Write ``entry`` under ``doc[section][key]`` of the committed record file ``record``
-    (made if need be), with this machine and the code it ran (``_machine``), atomically."""
-    from _machine import code_version, machine
+    (made if need be), with this machine and ``code`` (``_machine.code_version`` where the
+    measurement started), atomically."""
+    from _machine import machine
 
     doc: dict[str, Any] = json.loads(record.read_text()) if record.is_file() else {}
-    doc.setdefault(section, {})[key] = entry | {"machine": machine(), "code": code_version()}
+    doc.setdefault(section, {})[key] = entry | {"machine": machine(), "code": code}
     write_json(record, doc)
 
 

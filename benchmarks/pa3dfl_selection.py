@@ -62,7 +62,7 @@ from typing import Any, Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import machine  # noqa: E402
+from _machine import code_version, machine  # noqa: E402
 from _runs import BEST, RECORDS, add_to_record, runs_dir, save_figure, write_json  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -499,13 +499,14 @@ def main(argv: list[str] | None = None) -> None:
         if not args.again and measured(known, name, state, args.clients or cfg.num_clients):
             print(f"{name}: {state.name} already measured (--again to redo)", file=sys.stderr)
             continue
+        code = code_version()  # the code the measurement starts with
         entry = measure(cfg, name, state, args.clients) | {"overrides": args.set}
         key = f"{entry['run']}@{entry['state']}"
         doc["runs"][key] = known["runs"][key] = entry
         doc["machine"] = machine()
         write_json(args.out, doc)  # after each run: a later run's failure keeps it
         if record is not None:
-            add_to_record(record, "runs", key, entry)
+            add_to_record(record, "runs", key, entry, code)
     print(table(known))
 
 
