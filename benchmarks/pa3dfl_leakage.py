@@ -24,9 +24,9 @@ ones asked for.
 Resumable as benchmarks/lodmeta_leakage.py is (``_runs.run_cases``: a case already in the
 output is skipped; IG's state is kept in ``<out>.state/``). Output:
 ``~/.cache/fedsweep-runs/pa3dfl/leakage.json`` by default. Each case that ends is also written
-into ``--records`` (default ``benchmarks/records/pa3dfl_leakage/leakage.json``, committed, with the
-machine and code it ran; ``--records ''``: nowhere), and a case that file holds is not run
-again, on this machine or another.
+into ``--records`` (default ``benchmarks/records/pa3dfl_leakage/leakage.json``, committed,
+with the machine and the code it started with; ``--records ''``: nowhere), and a case that file
+holds is not run again, on this machine or another.
 """
 
 from __future__ import annotations

@@ -39,10 +39,11 @@ The run folder is the one ``benchmarks/reproduce_pa3dfl_table1.py`` writes for t
 ``checkpoint.pt`` with ``--state last``. Output: ``~/.cache/fedsweep-runs/pa3dfl/selection.json``
 (one entry per run and state, replaced when measured again), and each entry is also written
 into ``--records`` (default ``benchmarks/records/pa3dfl_selection/selection.json``, committed,
-with the machine and code it ran; ``--records ''``: nowhere). A state already measured in
-either, the same file (its SHA-256) for the same clients, is passed over unless ``--again``, so
-the queue (``benchmarks/pa3dfl_queue.sh``) can run this step again at no cost; so is a run whose
-state is not on this machine but whose entry the record holds (it was measured elsewhere).
+with the machine and the code it started with; ``--records ''``: nowhere). A state already
+measured in either, the same file (its SHA-256) for the same clients, is passed over unless
+``--again``, so the queue (``benchmarks/pa3dfl_queue.sh``) can run this step again at no cost;
+so is a run whose state is not on this machine but whose entry the record holds (it was
+measured elsewhere).
 ``--summary`` prints the table of both (OUT's entry where both hold one).
 """
 
