@@ -22,7 +22,9 @@ T1="$PY benchmarks/reproduce_pa3dfl_table1.py --workers ${WORKERS:-2}"
 # 2. phase 2: Table 3's ablation with FLANC's decomposition (Hetero, 500 rounds), the same;
 # 3. phase 3: the other methods at 200 rounds (labelled r200, never compared with the paper's
 #    500), Hetero first, with the 10,000-iteration IG attack on Pa3dFL's round-1 upload, and
-#    IG on FedAvg's and Pa3dFL's round-50 uploads (a trained model), before the Ideal ones;
+#    IG on FedAvg's and Pa3dFL's round-50 uploads (a trained model), and again at round 1 with
+#    2,000 iterations (session 51's table, whose JSON was lost with its machine: not in the
+#    committed record), before the Ideal ones;
 # 4. phase 4: seeds 1-2 of phase 1 (whether Pa3dFL's Ideal miss is within seed noise);
 # 5. then the labelled variants, diagnoses beyond the issue's runs (after them since session 55):
 #    hn_lr 1.0 and Table 7's hn_lr 0.1 under the paper's plain HN step, which test the Ideal
@@ -37,6 +39,7 @@ QUEUE=(
   "$T1 --methods heterofl --settings hetero --seeds 0 --rounds 200 --set model=pa3dfl_cnn_fmnist_sbn --label sbn"
   "$PY benchmarks/pa3dfl_leakage.py --methods pa3dfl --iterations 10000"
   "$PY benchmarks/pa3dfl_leakage.py --methods fedavg pa3dfl --iterations 2000 --round 50"
+  "$PY benchmarks/pa3dfl_leakage.py --methods fedavg pa3dfl --iterations 2000"
   "$T1 --methods ditto pfedhn lg_fedavg local flanc tailorfl pfedgate heterofl fedrolex --settings ideal --seeds 0 --rounds 200"
   "$T1 --methods pa3dfl fjord fedavg --settings hetero ideal --seeds 1 2"
   "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.hn_lr=1.0 --label hnlr1"
