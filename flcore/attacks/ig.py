@@ -106,8 +106,8 @@ def run_adam(
     """Geiping et al.'s optimisation loop; returns the normalised images and the unknowns.
 
     ``resume``: a state file this loop writes at most every ``save_seconds`` (atomically) and
-    continues from when it exists; left in place at the end (the caller removes it once the
-    result is stored)."""
+    continues from when it exists; left in place at the end, so the same problem solved again
+    returns the same images at once (remove the file, or its folder, to optimise afresh)."""
     x, unknowns = problem.initial()
     groups = [{"params": [x], "lr": lr}]
     if unknowns:

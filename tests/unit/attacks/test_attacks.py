@@ -200,7 +200,12 @@ def test_an_interrupted_ig_run_resumes_to_the_uninterrupted_result(
             run_adam(crashing, boxed=True, resume=state, save_seconds=0, **kw)
         assert torch.load(state, weights_only=False)["iteration"] == 22
         resumed = run_adam(problem(), boxed=True, resume=state, save_seconds=0, **kw)
-    assert torch.equal(resumed[0], whole[0])
+        # the ended run's state stays: solving the same problem again answers from it at once
+        assert torch.load(state, weights_only=False)["iteration"] == 40
+        again = problem()
+        again.loss = lambda *args: pytest.fail("an ended run optimised again")  # type: ignore[method-assign]
+        repeated = run_adam(again, boxed=True, resume=state, **kw)
+    assert torch.equal(resumed[0], whole[0]) and torch.equal(repeated[0], whole[0])
     assert (
         resumed[1].keys()
         == whole[1].keys()
