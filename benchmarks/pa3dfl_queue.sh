@@ -83,12 +83,13 @@ alive() { kill -0 "$1" 2>/dev/null; }
 # One training step, with WORKERS - 1 workers while the attack lane (PID $1) runs; when that
 # lane ends mid-step, the step is stopped cleanly and started again with WORKERS.
 train_step() {
-  local lane=$1 step=$2 w pid rc
+  local lane=$1 step=$2 w cmd pid rc
   while true; do
     w=$WORKERS
     if alive "$lane" && ((WORKERS > 1)); then w=$((WORKERS - 1)); fi
-    echo "[$(stamp)] [train] ${step//\{W\}/$w}"
-    bash -c "exec ${step//\{W\}/$w}" &
+    cmd=${step//\{W\}/$w}
+    echo "[$(stamp)] [train] $cmd"
+    bash -c "exec $cmd" &
     pid=$!
     while ((w < WORKERS)) && alive "$pid" && alive "$lane"; do sleep 10; done
     if ((w < WORKERS)) && alive "$pid"; then  # the attack lane ended: all workers now
@@ -99,7 +100,7 @@ train_step() {
     fi
     wait "$pid"
     rc=$?
-    echo "[$(stamp)] [train] exit $rc (${step//\{W\}/$w})"
+    echo "[$(stamp)] [train] exit $rc ($cmd)"
     return
   done
 }
