@@ -23,6 +23,7 @@ round (:func:`replay_best`, deterministic: its logged rows must match the run's 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -457,18 +458,38 @@ LEAKAGE_KEYS = (
 )
 
 
-def attacked_run(cfg: Any, state_dir: Path) -> tuple[Any, dict[str, Any]]:
-    """Run the engine of ``cfg`` (its ``attack`` mapping: one leakage probe) to its end, IG's
-    optimisation state kept in ``state_dir`` (an attack killed mid-way resumes there). Returns
-    the engine and the summary's :data:`LEAKAGE_KEYS` with ``seconds``, the run's wall time."""
+def attacked_run(
+    cfg: Any, state_dir: Path, *, checkpoint_every: int = 5
+) -> tuple[Any, dict[str, Any]]:
+    """Run the engine of ``cfg`` (its ``attack`` mapping: one leakage probe) to its end,
+    resumably. IG's optimisation state is kept in ``state_dir`` (an attack killed mid-way
+    resumes there), and so are the rounds trained before it: the engine is checkpointed every
+    ``checkpoint_every`` rounds to ``engine-<config digest>.pt`` (with the seconds spent in a
+    ``.json`` beside it), a run killed mid-way resumes from there (the next round exactly the
+    one that was next, so the attacked upload is the uninterrupted run's), and both files go
+    once the run has ended. Returns the engine and the summary's :data:`LEAKAGE_KEYS` with
+    ``seconds``, the run's wall time over every invocation."""
     from flcore.experiment import build_data, build_engine
 
+    digest = hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()[:24]
+    ckpt = state_dir / f"engine-{digest}.pt"
+    spent_file = ckpt.with_suffix(".json")
     engine = build_engine(cfg, data=build_data(cfg))
     engine.probes[0].attack.resume_dir = state_dir
+    spent = 0.0
+    if ckpt.is_file():
+        engine.load_checkpoint(ckpt)
+        if spent_file.is_file():  # a kill between the two writes leaves the older count
+            spent = float(json.loads(spent_file.read_text())["seconds"])
     began = time.perf_counter()
-    engine.run()
+    for result in engine.iter_rounds():
+        if result.round % checkpoint_every == 0 and not engine.finished:
+            engine.save_checkpoint(ckpt)
+            spent_file.write_text(json.dumps({"seconds": spent + time.perf_counter() - began}))
     summary = engine.summary()
-    seconds = round(time.perf_counter() - began, 1)
+    seconds = round(spent + time.perf_counter() - began, 1)
+    ckpt.unlink(missing_ok=True)
+    spent_file.unlink(missing_ok=True)
     return engine, {k: summary.get(k) for k in LEAKAGE_KEYS} | {"seconds": seconds}
 
 

@@ -31,8 +31,9 @@ whole task's meta-gradient: far slower per iteration than the one-record replay.
         --iterations 1000 --out ~/.cache/fedsweep-runs/lodmeta/leakage-rest.json
 
 Cases already in the output file are skipped (a resumable chunk); the JSON is rewritten after
-each case, and IG's optimisation state is saved beside it as it goes (``<out>.state/``), so a
-case killed mid-attack resumes where it was. Output: ``~/.cache/fedsweep-runs/lodmeta/
+each case, and IG's optimisation state is saved beside it as it goes (``<out>.state/``, with
+the rounds before the attack checkpointed every 5), so a case killed in training or mid-attack
+resumes where it was. Output: ``~/.cache/fedsweep-runs/lodmeta/
 leakage.json`` by default.
 """
 

@@ -22,9 +22,10 @@ ones asked for.
     .venv/bin/python benchmarks/pa3dfl_leakage.py --methods fedavg pa3dfl --iterations 2000
 
 Resumable as benchmarks/lodmeta_leakage.py is (``_runs.run_cases``: a case already in the
-output is skipped; IG's state is kept in ``<out>.state/``). Output:
-``~/.cache/fedsweep-runs/pa3dfl/leakage.json`` by default. Each case that ends is also written
-into ``--records`` (default ``benchmarks/records/pa3dfl_leakage/leakage.json``, committed,
+output is skipped; IG's state is kept in ``<out>.state/``, and so is the engine's, every 5
+rounds of the training before the attack: ``--round 50`` killed at round 47 goes on from 45).
+Output: ``~/.cache/fedsweep-runs/pa3dfl/leakage.json`` by default. Each case that ends is also
+written into ``--records`` (default ``benchmarks/records/pa3dfl_leakage/leakage.json``, committed,
 with the machine and the code it started with; ``--records ''``: nowhere), and a case that file
 holds is not run again, on this machine or another.
 """

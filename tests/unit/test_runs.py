@@ -1,5 +1,6 @@
 """benchmarks/_runs.py: a run whose training loss turns NaN ends there (checkpointed, marked, never
-resumed) and still leaves its record; an ended run's record holds its summary, config and curve."""
+resumed) and still leaves its record; an ended run's record holds its summary, config and curve;
+a leakage run killed mid-way resumes from its last checkpoint to the uninterrupted result."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from _runs import resume_run, run_ended  # noqa: E402
+from _runs import attacked_run, resume_run, run_ended  # noqa: E402
 
 
 def test_a_diverged_run_ends_at_its_nan_round_and_is_never_resumed(
@@ -252,3 +253,46 @@ def test_a_run_reports_its_progress_on_stderr(
     # nothing left to run: no line
     resume_run(cfg, tmp_path / "run", checkpoint_every=10, deadline=time.time() + 600)
     assert not [x for x in capsys.readouterr().err.splitlines() if x.startswith("[run] ")]
+
+
+def test_a_killed_leakage_run_resumes_from_its_checkpoint_to_the_same_attack(
+    tiny_config: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flcore.attacks.ig import InvertingGradients
+    from flcore.config import ExperimentConfig
+    from flcore.engine import Engine
+
+    attack = {"name": "ig", "rounds": [3], "clients": [0], "images": 1, "iterations": 3}
+    cfg = ExperimentConfig.model_validate(
+        tiny_config | {"rounds": 3, "full_last_round": True, "attack": attack}
+    )
+    _, whole = attacked_run(cfg, tmp_path / "whole", checkpoint_every=1)
+
+    trained: list[int] = []
+    one_round = Engine._one_round
+
+    def counted(self: Engine, executor: object, r: int) -> object:
+        trained.append(r)
+        return one_round(self, executor, r)
+
+    def killed(self: InvertingGradients, problem: object) -> None:
+        raise KeyboardInterrupt  # the process dies in round 3's attack, after two rounds
+
+    monkeypatch.setattr(Engine, "_one_round", counted)
+    state = tmp_path / "state"
+    with monkeypatch.context() as m:
+        m.setattr(InvertingGradients, "solve", killed)
+        with pytest.raises(KeyboardInterrupt):
+            attacked_run(cfg, state, checkpoint_every=1)
+    assert trained == [1, 2, 3] and len(list(state.glob("engine-*.pt"))) == 1
+    trained.clear()
+    engine, resumed = attacked_run(cfg, state, checkpoint_every=1)
+    assert trained == [3]  # rounds 1-2 come from the checkpoint, not trained again
+    assert engine.round == 3 and resumed["leak_images"] == 1
+    timing = ("leak_seconds", "seconds")
+    assert {k: v for k, v in resumed.items() if k not in timing} == {
+        k: v for k, v in whole.items() if k not in timing
+    }
+    assert resumed["seconds"] > 0
+    assert list(state.glob("engine-*")) == []  # an ended run leaves only IG's state
+    assert len(list(state.glob("ig-*.pt"))) == 1
