@@ -467,7 +467,8 @@ def attacked_run(
     ``checkpoint_every`` rounds to ``engine-<config digest>.pt`` (with the seconds spent in a
     ``.json`` beside it), a run killed mid-way resumes from there (the next round exactly the
     one that was next, so the attacked upload is the uninterrupted run's), and both files go
-    once the run has ended. Returns the engine and the summary's :data:`LEAKAGE_KEYS` with
+    once the run has ended. Progress goes to stderr (:func:`progress_line`, a line a minute at
+    most and one at the end). Returns the engine and the summary's :data:`LEAKAGE_KEYS` with
     ``seconds``, the run's wall time over every invocation."""
     from flcore.experiment import build_data, build_engine
 
@@ -482,10 +483,16 @@ def attacked_run(
         if spent_file.is_file():  # a kill between the two writes leaves the older count
             spent = float(json.loads(spent_file.read_text())["seconds"])
     began = time.perf_counter()
+    shown = began
     for result in engine.iter_rounds():
+        now = time.perf_counter()
         if result.round % checkpoint_every == 0 and not engine.finished:
             engine.save_checkpoint(ckpt)
-            spent_file.write_text(json.dumps({"seconds": spent + time.perf_counter() - began}))
+            spent_file.write_text(json.dumps({"seconds": spent + now - began}))
+        if now - shown >= PROGRESS_SECONDS or engine.finished:
+            shown = now
+            line = progress_line("leakage", result.round, engine.rounds, None, spent + now - began)
+            print(line, file=sys.stderr, flush=True)
     summary = engine.summary()
     seconds = round(spent + time.perf_counter() - began, 1)
     ckpt.unlink(missing_ok=True)

@@ -256,7 +256,10 @@ def test_a_run_reports_its_progress_on_stderr(
 
 
 def test_a_killed_leakage_run_resumes_from_its_checkpoint_to_the_same_attack(
-    tiny_config: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_config: dict,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from flcore.attacks.ig import InvertingGradients
     from flcore.config import ExperimentConfig
@@ -286,8 +289,10 @@ def test_a_killed_leakage_run_resumes_from_its_checkpoint_to_the_same_attack(
             attacked_run(cfg, state, checkpoint_every=1)
     assert trained == [1, 2, 3] and len(list(state.glob("engine-*.pt"))) == 1
     trained.clear()
+    capsys.readouterr()
     engine, resumed = attacked_run(cfg, state, checkpoint_every=1)
     assert trained == [3]  # rounds 1-2 come from the checkpoint, not trained again
+    assert "[leakage] round 3/3, " in capsys.readouterr().err  # its end, on stderr
     assert engine.round == 3 and resumed["leak_images"] == 1
     timing = ("leak_seconds", "seconds")
     assert {k: v for k, v in resumed.items() if k not in timing} == {
