@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+#: the records folder this process made (pytest_configure), removed at the end
+_made: list[str] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -15,12 +19,20 @@ def pytest_configure(config: pytest.Config) -> None:
     default (a thread per core) would oversubscribe them. Subprocesses keep their defaults.
 
     The benchmark scripts' records of ended runs (benchmarks/_runs.py) go to a temporary folder,
-    never into the repository's benchmarks/records/, unless a test names its own."""
-    os.environ.setdefault("FEDSWEEP_RECORDS", tempfile.mkdtemp(prefix="fedsweep-records-"))
+    never into the repository's benchmarks/records/, unless a test names its own; the process
+    that made the folder removes it when the run ends (:func:`pytest_unconfigure`)."""
+    if "FEDSWEEP_RECORDS" not in os.environ:
+        _made.append(tempfile.mkdtemp(prefix="fedsweep-records-"))
+        os.environ["FEDSWEEP_RECORDS"] = _made[-1]
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
 
         torch.set_num_threads(1)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for folder in _made:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
