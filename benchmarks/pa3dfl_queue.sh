@@ -37,7 +37,9 @@ IG="$PY benchmarks/pa3dfl_leakage.py"
 #
 # Training lane, in the issue's order:
 # 1. phase 3: the other methods at 200 rounds (labelled r200, never compared with the paper's
-#    500), Ideal;
+#    500): FLANC and TailorFL Hetero again under today's code (their runs of sessions 28-29
+#    logged no per-width curve and kept no best state, so they have no worst-width window and no
+#    client-by-client pairing with Pa3dFL, which the Hetero ordering claim needs), then Ideal;
 # 2. phase 4: seeds 1-2 of phase 1 (whether Pa3dFL's Ideal miss is within seed noise);
 # 3. then the labelled variants, diagnoses beyond the issue's runs (after them since session 55):
 #    hn_lr 1.0 and Table 7's hn_lr 0.1 under the paper's plain HN step, which test the Ideal
@@ -50,6 +52,7 @@ TRAIN=(
   "$PY benchmarks/pa3dfl_selection.py --settings hetero --seeds 0 --ablation flanc-dec"
   "$T1 --methods local lg_fedavg fedrolex pfedgate --settings hetero --seeds 0 --rounds 200"
   "$T1 --methods heterofl --settings hetero --seeds 0 --rounds 200 --set model=pa3dfl_cnn_fmnist_sbn --label sbn"
+  "$T1 --methods flanc tailorfl --settings hetero --seeds 0 --rounds 200 --label rerun"
   "$T1 --methods ditto pfedhn lg_fedavg local flanc tailorfl pfedgate heterofl fedrolex --settings ideal --seeds 0 --rounds 200"
   "$T1 --methods pa3dfl fjord fedavg --settings hetero ideal --seeds 1 2"
   "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.hn_lr=1.0 --label hnlr1"
