@@ -15,6 +15,16 @@ free: each activation of a batch of 50 (about 2 MB) was mapped, faulted in page 
 unmapped at every step, 55,000 page faults per FMNIST client, which made the engine's clients
 13% slower than the same code in a process that had loaded its own data, and the engine 8-12%
 slower than Flower's simulation per round (BENCHMARKS.md).
+
+Stopping. Each worker leaves the run's process group when it starts (POSIX), so a signal meant
+for the whole group (Ctrl-C in a terminal, ``kill -- -<pgid>`` from a queue) reaches only the
+engine's process, which decides: a run under ``benchmarks/_runs.py`` ends the round under way
+on SIGTERM and checkpoints it (before, the workers died of the signal and the run waited
+forever for their results); elsewhere Ctrl-C raises KeyboardInterrupt and the engine terminates
+its pool. Workers still go with the engine: they exit when it terminates the pool, and within
+seconds when it dies outright (their task pipe reaches end of file; measured: 2.9 s). A worker that dies in a round all the same (the kernel's OOM killer, a
+signal sent to its own pid) fails the round with :class:`WorkerLostError` within a second:
+``multiprocessing.Pool`` would replace it and wait forever for the task it held.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import contextlib
 import ctypes
 import os
 import platform
+import signal
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -46,6 +57,7 @@ __all__ = [
     "EXECUTORS",
     "client_generator",
     "WorkerStartError",
+    "WorkerLostError",
     "one_torch_thread",
     "tune_malloc",
 ]
@@ -149,6 +161,8 @@ _W_FED: FederatedData | None = None
 
 def _init_worker(factory: AlgorithmFactory, inbox: Any, ready: Any) -> None:
     global _W_ALGORITHM, _W_FED
+    if hasattr(os, "setpgid"):  # out of the run's group: group-wide signals are the engine's
+        os.setpgid(0, 0)
     torch.set_num_threads(1)
     tune_malloc()
     _W_FED = inbox.get()
@@ -170,6 +184,22 @@ def _share_memory(fed: FederatedData) -> None:
 
 class WorkerStartError(RuntimeError):
     """The pool's worker processes died before they were ready."""
+
+
+class WorkerLostError(RuntimeError):
+    """A worker process of the pool died after it was ready (its round's results are lost)."""
+
+
+#: seconds between checks that every worker is alive while a round waits for results
+_LIVENESS_POLL = 1.0
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 class PoolExecutor:
@@ -206,7 +236,11 @@ class PoolExecutor:
             inbox.cancel_join_thread()  # nobody will read what is left: do not wait at exit
             self.terminate()
             raise
-        inbox.close()
+        # Open while the pool lives: the pool pickles it into any worker it starts in place of a
+        # dead one, and a closed queue fails that, which ends the pool's worker-handler thread
+        # and leaves terminate() waiting forever for it.
+        self._inbox = inbox
+        self._workers = list(self._pool._pool)  # noqa: SLF001  (every one ready)
 
     def _wait_ready(self, ready: Any, workers: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -235,15 +269,41 @@ class PoolExecutor:
             time.sleep(0.05)
 
     def map(self, tasks: Iterable[ClientTask]) -> Iterator[ClientResult]:
-        yield from self._pool.imap(_work, tasks, chunksize=1)
+        self._check_workers()
+        results = self._pool.imap(_work, tasks, chunksize=1)
+        while True:
+            try:
+                result = results.next(timeout=_LIVENESS_POLL)
+            except StopIteration:
+                return
+            except tmp.TimeoutError:
+                self._check_workers()
+                continue
+            yield result
+
+    def _check_workers(self) -> None:
+        """Raise :class:`WorkerLostError` if a worker died: the pool would start a replacement
+        (which waits for a dataset nobody sends) and never return the task the dead one held."""
+        dead = [p for p in self._workers if p.exitcode is not None]
+        if dead:
+            raise WorkerLostError(
+                f"{len(dead)} of {len(self._workers)} client worker process(es) died during "
+                f"the run (pid {dead[0].pid}, {_exit_reason(dead[0].exitcode)}); the round's "
+                "results are lost. SIGKILL is most often the kernel's out-of-memory killer: "
+                "lower workers, or set workers: 1 to train in-process."
+            )
 
     def close(self) -> None:
         self._pool.close()
         self._pool.join()
+        self._inbox.close()
 
     def terminate(self) -> None:
         self._pool.terminate()
         self._pool.join()
+        if hasattr(self, "_inbox"):  # not yet there when the workers fail to start
+            self._inbox.cancel_join_thread()
+            self._inbox.close()
 
 
 #: the ``executor`` config values

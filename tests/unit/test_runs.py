@@ -197,15 +197,38 @@ def test_a_run_that_stopped_under_its_rule_stays_ended_under_a_new_one(
     assert summary_again["best_round"] == summary["best_round"]
 
 
+def _children(pid: int) -> list[int]:
+    """The pids of ``pid``'s child processes (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # the fields after the command's closing parenthesis: state, ppid, ...
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.parametrize(
+    "workers, whole_group",
+    [(1, False), (2, True)],
+    ids=["to-its-pid", "to-its-process-group-with-workers"],
+)
 def test_a_sigterm_stops_a_run_cleanly_at_the_round_under_way(
-    tiny_config: dict, tmp_path: Path
+    tiny_config: dict, tmp_path: Path, workers: int, whole_group: bool
 ) -> None:
     """A run killed with SIGTERM (how a queue stops it) checkpoints the round under way, writes
-    its summary and exits 143; resumed, it goes on from there with no round lost or repeated."""
+    its summary and exits 143; resumed, it goes on from there with no round lost or repeated.
+    Sent to the run's whole process group (``kill -- -<pgid>``) it stops the same way: the
+    client workers are not in that group, so they live on to finish the round (in the group,
+    they died of it and the run waited forever for their results), then go with the run."""
+    import contextlib
     import os
     import signal
 
-    cfg = tiny_config | {"rounds": 400, "eval_every": 1000}
+    cfg = tiny_config | {"rounds": 400, "eval_every": 1000, "workers": workers}
     (tmp_path / "cfg.json").write_text(json.dumps(cfg))
     run_dir = tmp_path / "run"
     bench = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -217,12 +240,29 @@ def test_a_sigterm_stops_a_run_cleanly_at_the_round_under_way(
         f"resume_run(ExperimentConfig.model_validate(raw), Path({str(run_dir)!r}), "
         "checkpoint_every=1000, deadline=time.time() + 600)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=bench.parent)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=bench.parent, start_new_session=whole_group
+    )
     log = run_dir / "metrics.jsonl"
     while proc.poll() is None and (not log.is_file() or len(log.read_text().splitlines()) < 3):
         time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGTERM)
-    assert proc.wait(timeout=120) == 143
+    workers_pids = _children(proc.pid) if workers > 1 else []
+    if whole_group:
+        os.killpg(proc.pid, signal.SIGTERM)  # its own session: the group is the run's
+    else:
+        os.kill(proc.pid, signal.SIGTERM)
+    try:
+        assert proc.wait(timeout=120) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            for pid in workers_pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+    deadline = time.time() + 30  # the workers went with it
+    while any(Path(f"/proc/{pid}").exists() for pid in workers_pids) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in workers_pids if Path(f"/proc/{pid}").exists()]
     done = len(log.read_text().splitlines())
     assert 3 <= done < 400  # stopped on the way, not at a checkpoint_every multiple
     assert (run_dir / "checkpoint.pt").is_file() and (run_dir / "summary.json").is_file()
