@@ -311,12 +311,16 @@ def _rows_by_round(log: Path) -> dict[int, dict[str, Any]]:
     return {int(r["round"]): r for r in rows}
 
 
-def evaluate_all_clients(cfg: Any, run_dir: Path) -> dict[str, Any] | None:
+def evaluate_all_clients(
+    cfg: Any, run_dir: Path, *, diverged_round: int | None = None
+) -> dict[str, Any] | None:
     """Every client measured on the ended run's reported state (flcore's
     ``Engine.evaluate_clients``): :data:`BEST` for a run with early stopping (its best window's
     last round), else ``checkpoint.pt`` (its last round). Cached in :data:`ALL_CLIENTS` with
     ``state`` (the file) and ``state_round``; None when the state is not there (an early-stopping
-    run that ended before runs kept ``best.pt``: :func:`replay_best` first)."""
+    run that ended before runs kept ``best.pt``: :func:`replay_best` first). A run whose loss
+    turned NaN in ``diverged_round`` is measured only on a best state from before that round
+    (the state it reports), never on its last one: None otherwise."""
     import sys
 
     from flcore.experiment import build_data, build_engine
@@ -328,7 +332,11 @@ def evaluate_all_clients(cfg: Any, run_dir: Path) -> dict[str, Any] | None:
     state = run_dir / (BEST if engine.early_stopping_metric is not None else "checkpoint.pt")
     if not state.is_file():
         return None
+    if diverged_round is not None and state.name != BEST:
+        return None  # its last state is the NaN round's
     engine.load_checkpoint(state)
+    if diverged_round is not None and engine.round >= diverged_round:
+        return None  # the NaN round ended its best window
     print(
         f"{run_dir.name}: every client ({engine.data.num_clients}) on {state.name} "
         f"(round {engine.round})",

@@ -20,7 +20,8 @@ resumably.
 
 An ended run is also measured on every client (``all_clients.json``, benchmarks/_runs.py
 ``evaluate_all_clients``): its best-validation state (``best.pt``, the best window's last round)
-trains and evaluates each of the 100 clients as the next round would, nothing aggregated. The
+trains and evaluates each of the 100 clients as the next round would, nothing aggregated (a run
+whose loss turned NaN, on that state only if it is from before the NaN round). The
 window's figure averages about 200 client evaluations of ten states, sampled clients only; this
 is one state, every client once, as a paper's mean over clients reads. ``--summary`` shows it
 beside the window's figure (the table's last column); ``--replay-best`` replays a run that ended
@@ -192,10 +193,12 @@ def run_one(
         record=record,
     )
     every = None
-    if run_ended(engine, summary) and summary.get("diverged_round") is None and args.all_clients:
-        if args.replay_best and engine.early_stopping_metric is not None:
+    if run_ended(engine, summary) and args.all_clients:
+        diverged = summary.get("diverged_round")
+        if args.replay_best and engine.early_stopping_metric is not None and diverged is None:
             replay_best(cfg, run_dir, checkpoint_every=args.checkpoint_every, deadline=deadline)
-        every = evaluate_all_clients(cfg, run_dir)
+        # a diverged run: on its best state before the NaN round, as it reports (or not at all)
+        every = evaluate_all_clients(cfg, run_dir, diverged_round=diverged)
         if every is not None and record is not None and record.is_file():
             add_all_clients_to_record(record, every)
     return run_row(

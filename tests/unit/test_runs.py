@@ -114,6 +114,17 @@ def test_best_state_all_clients_and_replay(data_root: Path, tmp_path: Path) -> N
     assert (doc["state"], doc["state_round"]) == (BEST, best)
     assert 0 <= doc["accuracy"] <= 1 and doc["accuracy_worst_width"] <= doc["accuracy"]
     assert evaluate_all_clients(cfg, run_dir) == json.loads((run_dir / ALL_CLIENTS).read_text())
+    # a run whose loss turned NaN is measured on a best state from before that round, or not
+    (run_dir / ALL_CLIENTS).unlink()
+    assert evaluate_all_clients(cfg, run_dir, diverged_round=best) is None  # the NaN round's
+    assert not (run_dir / ALL_CLIENTS).exists()
+    from flcore.config import validate_config
+
+    no_stopping = validate_config(cfg.model_dump() | {"early_stopping": None})
+    assert evaluate_all_clients(no_stopping, run_dir, diverged_round=best + 1) is None  # its last
+    before = evaluate_all_clients(cfg, run_dir, diverged_round=best + 1)
+    assert before is not None and (before["state"], before["state_round"]) == (BEST, best)
+    assert before["per_client"] == doc["per_client"]
     # an older record kept the means only: the per-client rows are added to it
     old = json.loads(record.read_text())
     old["all_clients"] = {"accuracy": doc["accuracy"]}
