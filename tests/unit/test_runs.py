@@ -258,6 +258,7 @@ def test_a_sigterm_stops_a_run_cleanly_at_the_round_under_way(
     while proc.poll() is None and (not log.is_file() or len(log.read_text().splitlines()) < 3):
         time.sleep(0.05)
     workers_pids = _children(proc.pid) if workers > 1 else []
+    assert workers == 1 or len(workers_pids) >= workers  # the pool's workers (and its tracker)
     if whole_group:
         os.killpg(proc.pid, signal.SIGTERM)  # its own session: the group is the run's
     else:
