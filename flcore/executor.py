@@ -22,9 +22,10 @@ engine's process, which decides: a run under ``benchmarks/_runs.py`` ends the ro
 on SIGTERM and checkpoints it (before, the workers died of the signal and the run waited
 forever for their results); elsewhere Ctrl-C raises KeyboardInterrupt and the engine terminates
 its pool. Workers still go with the engine: they exit when it terminates the pool, and within
-seconds when it dies outright (their task pipe reaches end of file; measured: 2.9 s). A worker that dies in a round all the same (the kernel's OOM killer, a
-signal sent to its own pid) fails the round with :class:`WorkerLostError` within a second:
-``multiprocessing.Pool`` would replace it and wait forever for the task it held.
+seconds when it dies outright (their task pipe reaches end of file; measured: 2.9 s). A worker
+that dies in a round all the same (the kernel's OOM killer, a signal sent to its own pid)
+fails the round with :class:`WorkerLostError` within a second: ``multiprocessing.Pool`` would
+replace it and wait forever for the task it held.
 """
 
 from __future__ import annotations
