@@ -7,7 +7,9 @@ the test skips only where they are missing.
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,11 +54,19 @@ def browser():  # type: ignore[no-untyped-def]
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
         options.add_argument(arg)
     options.add_argument("--window-size=1280,1000")
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    # Chromium's profile and its singleton-socket folder go to a temporary folder of the test's
+    # own (short: a socket path has a length limit), removed afterwards: under /tmp, Chromium
+    # left one org.chromium.Chromium.* folder behind per run even after quit()
+    scratch = tempfile.mkdtemp(prefix="fedsweep-chromium-")
+    service = Service(str(CHROMEDRIVER), env={**os.environ, "TMPDIR": scratch})
     try:
-        yield driver
+        driver = webdriver.Chrome(service=service, options=options)
+        try:
+            yield driver
+        finally:
+            driver.quit()
     finally:
-        driver.quit()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def wait_for(driver, script: str, timeout: float = 60.0):  # type: ignore[no-untyped-def]
