@@ -74,7 +74,8 @@ fi
 # back in results.tgz: metrics.jsonl, summary.json ("rounds": how far it got) and spent.json.
 # Read them with the script's --summary --out DIR, never into the CPU queue's folders (there a
 # folder without its checkpoint restarts from round 0). Each run's JSON: $OUT/$2-<n>.json.
-# (SBS_DEVICE: another device, for a check on a CPU; L11_EXTRA, F12_EXTRA: more arguments.)
+# The list of runs stays beside them: $OUT/$2-jobs.txt. (SBS_DEVICE: another device, for a check on
+# a CPU; L11_EXTRA, F12_EXTRA: more arguments.)
 side_by_side() {
   local jobs=$1 dest=$2 every=$3 n=0 left line
   mkdir -p "$OUT/$dest"
@@ -102,8 +103,8 @@ if stage 11; then
     for m11 in ${L11_METHODS:-lodmeta lodmeta_basic lodmeta_sgd fedmaml fedalt l2c}; do
       echo "benchmarks/reproduce_lodmeta.py --settings ${L11_SETTING:-regular-5shot} --methods $m11 --seeds $s11 ${L11_EXTRA:-}"
     done
-  done > /tmp/jobs11
-  side_by_side /tmp/jobs11 lodmeta 100
+  done > "$OUT/lodmeta-jobs.txt"
+  side_by_side "$OUT/lodmeta-jobs.txt" lodmeta 100
 fi
 # 12. FedHKD's runs still owed (issue 25): F12_SETTINGS x F12_METHODS x F12_SEEDS (default: the
 #     baselines at beta 0.2 and 5, seed 0, fedhkd_dp included; 50 rounds each)
@@ -114,8 +115,8 @@ if stage 12; then
         echo "benchmarks/reproduce_fedhkd.py --settings $g12 --methods $m12 --seeds $s12 ${F12_EXTRA:-}"
       done
     done
-  done > /tmp/jobs12
-  side_by_side /tmp/jobs12 fedhkd 5
+  done > "$OUT/fedhkd-jobs.txt"
+  side_by_side "$OUT/fedhkd-jobs.txt" fedhkd 5
 fi
 # 5. a long run in the time left (T_LONG, default: up to 570 s after the start): HyperFL's Table 1
 #    at 100 clients, seed 2, vectorized; its per-round metrics come back, its checkpoints stay

@@ -211,13 +211,13 @@ def test_a_tiny_walk_stops_resumes_and_needs_no_platform_layers(
     assert mod["summary_table"](from_record) == mod["summary_table"](from_folder)
 
 
-def test_the_script_runs_on_flcore_alone() -> None:
+def test_the_script_runs_on_flcore_alone(tmp_path: Path) -> None:
     # a fresh interpreter runs a 1-step walk through main(): Ray, MLflow and Optuna stay out
     code = (
         "import runpy, sys, contextlib, io; "
         f"mod = runpy.run_path({str(SCRIPT)!r}, run_name='reproduce'); "
         "buf = io.StringIO(); "
-        "import tempfile; out = tempfile.mkdtemp(); "
+        f"out = {str(tmp_path)!r}; "
         "args = ['--methods', 'lodmeta_sgd', '--rounds', '1', '--workers', '1', '--out', out, "
         "'--records', out + '/records', '--set', 'num_clients=4', "
         "'--set', 'fewshot.unseen_clients=0', '--set', "
