@@ -25,13 +25,16 @@ its pool. Workers still go with the engine: they exit when it terminates the poo
 seconds when it dies outright (their task pipe reaches end of file; measured: 2.9 s). A worker
 that dies in a round all the same (the kernel's OOM killer, a signal sent to its own pid)
 fails the round with :class:`WorkerLostError` within a second: ``multiprocessing.Pool`` would
-replace it and wait forever for the task it held.
+replace it and wait forever for the task it held. The workers keep their sockets in the engine's
+temp folder, which the engine removes when it exits (a SIGTERM-stopped run exits normally),
+so a stopped run leaves nothing in /tmp.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import multiprocessing.util as mp_util
 import os
 import platform
 import signal
@@ -228,6 +231,12 @@ class PoolExecutor:
         # CPython's parent keeps that pipe's read end open while writing, so initargs larger
         # than the pipe's buffer would block this process forever if the child died first.
         inbox = ctx.Queue()
+        # The workers share this process's multiprocessing temp folder (each Process copies
+        # its name when created): torch passes tensors between processes through sockets made
+        # there, and a worker ended by terminate() (SIGTERM) never removes a folder of its own,
+        # which left one /tmp/pymp-* behind each stopped run. This process removes the shared
+        # one at its exit.
+        mp_util.get_temp_dir()
         self._pool = ctx.Pool(workers, initializer=_init_worker, initargs=(factory, inbox, ready))
         for _ in range(workers):
             inbox.put(fed)

@@ -234,7 +234,8 @@ def test_a_sigterm_stops_a_run_cleanly_at_the_round_under_way(
     its summary and exits 143; resumed, it goes on from there with no round lost or repeated.
     Sent to the run's whole process group (``kill -- -<pgid>``) it stops the same way: the
     client workers are not in that group, so they live on to finish the round (in the group,
-    they died of it and the run waited forever for their results), then go with the run."""
+    they died of it and the run waited forever for their results), then go with the run,
+    leaving no multiprocessing temp folder (each terminated worker used to leave one)."""
     import contextlib
     import os
     import signal
@@ -251,8 +252,13 @@ def test_a_sigterm_stops_a_run_cleanly_at_the_round_under_way(
         f"resume_run(ExperimentConfig.model_validate(raw), Path({str(run_dir)!r}), "
         "checkpoint_every=1000, deadline=time.time() + 600)\n"
     )
+    scratch = tmp_path / "tmp"  # the run's TMPDIR, where multiprocessing makes its folders
+    scratch.mkdir()
     proc = subprocess.Popen(
-        [sys.executable, "-c", code], cwd=bench.parent, start_new_session=whole_group
+        [sys.executable, "-c", code],
+        cwd=bench.parent,
+        start_new_session=whole_group,
+        env=os.environ | {"TMPDIR": str(scratch)},
     )
     log = run_dir / "metrics.jsonl"
     while proc.poll() is None and (not log.is_file() or len(log.read_text().splitlines()) < 3):
@@ -275,6 +281,7 @@ def test_a_sigterm_stops_a_run_cleanly_at_the_round_under_way(
     while any(Path(f"/proc/{pid}").exists() for pid in workers_pids) and time.time() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in workers_pids if Path(f"/proc/{pid}").exists()]
+    assert not list(scratch.glob("pymp-*"))
     done = len(log.read_text().splitlines())
     assert 3 <= done < 400  # stopped on the way, not at a checkpoint_every multiple
     assert (run_dir / "checkpoint.pt").is_file() and (run_dir / "summary.json").is_file()
