@@ -8,8 +8,8 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+import tempfile
 import time
-import uuid
 from pathlib import Path
 
 from tests.integration.sweep_helpers import FEDSWEEP, env, tiny_spec, write_spec
@@ -20,13 +20,15 @@ TMUX = shutil.which("tmux") or "tmux"
 def _in_tmux(cmd: list[str], cwd: Path, extra: dict[str, str], timeout: float = 300) -> str:
     """Run ``cmd`` in a detached tmux session (a real pty, 150 x 60, on a tmux server of its own)
     until it exits; returns the screen and its scrollback."""
-    server = f"fedsweep-test-{uuid.uuid4().hex[:8]}"
+    # the server's socket in a folder of the test's own: `kill-server` leaves its socket behind
+    # (tmux 3.3a), and under `-L` that is /tmp/tmux-<uid>/<name>, one file per test run
+    sockets = Path(tempfile.mkdtemp(prefix="fedsweep-tmux-"))
     marker = cwd / "exit-code"
     script = (
         f"cd {shlex.quote(str(cwd))} && {shlex.join(cmd)}; "
         f"echo $? > {shlex.quote(str(marker))}; sleep 600"
     )
-    tmux = [TMUX, "-L", server]
+    tmux = [TMUX, "-S", str(sockets / "server")]
     # a new tmux server: its sessions get the environment it was started with
     subprocess.run(
         [*tmux, "new-session", "-d", "-x", "150", "-y", "60", "bash", "-c", script],
@@ -50,6 +52,7 @@ def _in_tmux(cmd: list[str], cwd: Path, extra: dict[str, str], timeout: float = 
         return screen
     finally:
         subprocess.run([*tmux, "kill-server"], check=False)
+        shutil.rmtree(sockets, ignore_errors=True)
 
 
 def test_the_live_view_replaces_tunes_tables_in_a_real_terminal(
