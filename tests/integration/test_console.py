@@ -29,15 +29,15 @@ def _in_tmux(cmd: list[str], cwd: Path, extra: dict[str, str], timeout: float = 
         f"echo $? > {shlex.quote(str(marker))}; sleep 600"
     )
     tmux = [TMUX, "-S", str(sockets / "server")]
-    # a new tmux server: its sessions get the environment it was started with
-    subprocess.run(
-        [*tmux, "new-session", "-d", "-x", "150", "-y", "60", "bash", "-c", script],
-        check=True,
-        # the pane's size, not the caller's COLUMNS/LINES (which rich would read instead)
-        env={k: v for k, v in env(**extra).items() if k not in ("COLUMNS", "LINES")}
-        | {"TERM": "xterm-256color"},
-    )
     try:
+        # a new tmux server: its sessions get the environment it was started with
+        subprocess.run(
+            [*tmux, "new-session", "-d", "-x", "150", "-y", "60", "bash", "-c", script],
+            check=True,
+            # the pane's size, not the caller's COLUMNS/LINES (which rich would read instead)
+            env={k: v for k, v in env(**extra).items() if k not in ("COLUMNS", "LINES")}
+            | {"TERM": "xterm-256color"},
+        )
         deadline = time.monotonic() + timeout
         while not marker.is_file() and time.monotonic() < deadline:
             time.sleep(1)
