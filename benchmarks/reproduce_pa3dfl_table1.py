@@ -542,8 +542,9 @@ def paired_table(runs: list[dict[str, Any]], anchor: str = PAIRED_ANCHOR) -> str
     return "\n".join(head + lines)
 
 
-#: one colour a method in every figure (matplotlib's ten, then grey; Pa3dFL black)
-COLOURS = dict(enumerate([*(f"C{i}" for i in range(10)), "0.6", "black"]))
+#: one colour a method in every figure (matplotlib's ten, then navy; Pa3dFL black): no two
+#: alike (a light grey beside C7's grey read as one method)
+COLOURS = dict(enumerate([*(f"C{i}" for i in range(10)), "navy", "black"]))
 
 
 def draw_setting(runs: list[dict[str, Any]], setting: str):  # type: ignore[no-untyped-def]

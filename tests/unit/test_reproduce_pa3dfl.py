@@ -257,6 +257,20 @@ def test_the_figure_draws_each_runs_trailing_window_and_the_papers_dot(tmp_path:
     assert Path(written[0]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_every_method_has_a_colour_of_its_own() -> None:
+    import itertools
+    import math
+    import runpy
+
+    from matplotlib.colors import to_rgb
+
+    mod = runpy.run_path(str(SCRIPT), run_name="reproduce")
+    colours = [to_rgb(mod["COLOURS"][i]) for i in range(len(mod["METHODS"]))]
+    # RGB distance: tab10's closest pair (brown and grey) is 0.26 apart; two greys 0.6 and C7
+    # (the palette before) were 0.18
+    assert min(math.dist(a, b) for a, b in itertools.combinations(colours, 2)) > 0.2
+
+
 def test_plot_needs_summary(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--plot", str(tmp_path / "p"), "--out", str(tmp_path)],
