@@ -342,8 +342,21 @@ def _follows_rule(summary: dict[str, Any], method: str) -> bool:
     )
 
 
+def _run_ended(summary: dict[str, Any], rounds: int) -> bool:
+    """Whether a run with this ``summary.json`` ended: its last round, its early stop or a
+    NaN loss (``diverged_round``); a run under way has none of them."""
+    return (
+        int(summary.get("rounds", 0)) >= rounds
+        or bool(summary.get("early_stopped"))
+        or summary.get("diverged_round") is not None
+    )
+
+
 def summary_table(runs: list[dict[str, Any]]) -> str:
-    """Markdown: one row per (method, setting, label, rounds), means over seeds."""
+    """Markdown: one row per (method, setting, label, rounds), means over its ended seeds;
+    seeds still under way are named beside them with their progress (a mean that took a
+    half-trained seed in would be neither's figure). A group with no ended seed shows its runs
+    so far, its difference ``n/a (run not ended)``."""
     groups: dict[tuple[str, str, str, int], list[dict[str, Any]]] = {}
     for r in runs:
         groups.setdefault((r["method"], r["setting"], r["label"], r["rounds"]), []).append(r)
@@ -357,10 +370,15 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
         groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1], kv[0][2], kv[0][3])
     ):
         metric = OURS_METRIC[method]
-        curves = [read_curve(g) if _has_curve(g) else [] for g in group]
-        scored = [
-            (g, rescore(c, method) if c else None) for g, c in zip(group, curves, strict=True)
-        ]
+        curves = {id(g): read_curve(g) if _has_curve(g) else [] for g in group}
+        done = sorted({_last_round(g, curves[id(g)]) for g in group})
+        # a run still under way (neither its last round nor its early stop) is no result
+        # yet: the cells are its ended seeds', the others named beside them with their
+        # progress; a group with none ended shows its runs so far
+        ended = [g for g in group if _run_ended(g["summary"], rounds)]
+        under_way = [g for g in group if not _run_ended(g["summary"], rounds)]
+        shown = ended or group
+        scored = [(g, rescore(curves[id(g)], method) if curves[id(g)] else None) for g in shown]
         ours = [
             100 * (r[0] if r is not None else s[metric])
             for g, r in scored
@@ -368,24 +386,16 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
         ]
         worst = [
             100 * s[f"{metric}_worst_width"]
-            for g in group
+            for g in shown
             if _follows_rule(s := g["summary"], method)
             and _summary_current(g)
             and s.get(f"{metric}_worst_width") is not None
         ]
-        done = sorted({_last_round(g, c) for g, c in zip(group, curves, strict=True)})
         paper = paper_figure(method, setting, label)
         # an ablation's folder name is its label: its override is the ablation's own
         comparable = rounds == 500 and (not label or label in ABLATIONS)
-        # a run still under way (neither its last round nor its early stop) is no result yet
-        ended = all(
-            int(g["summary"].get("rounds", 0)) >= rounds
-            or g["summary"].get("early_stopped")
-            or g["summary"].get("diverged_round") is not None
-            for g in group
-        )
         diverged = sorted(
-            {int(d) for g in group if (d := g["summary"].get("diverged_round")) is not None}
+            {int(d) for g in ended if (d := g["summary"].get("diverged_round")) is not None}
         )
         diff = (
             f"n/a (diverged: NaN loss at round {', '.join(map(str, diverged))}; ours is the "
@@ -401,7 +411,7 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
         )
         name = f"{method} ({label})" if label else method
         every = [
-            e for g in group if (e := all_clients(g)) is not None and e.get(metric) is not None
+            e for g in shown if (e := all_clients(g)) is not None and e.get(metric) is not None
         ]
         every_cell = seed_cell([100 * e[metric] for e in every])
         if every:
@@ -411,11 +421,20 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
                 if e.get(f"{metric}_worst_width") is not None
             ]
             every_cell += f" ({seed_cell(worst_every)})" if worst_every else ""
-            if len(every) < len(group):
-                every_cell += f", {len(every)} of {len(group)} seeds"
+            if len(every) < len(shown):
+                every_cell += f", {len(every)} of {len(shown)} seeds"
+        seeds_cell, ours_cell = str(len(shown)), f"{seed_cell(ours)} ({metric})"
+        if ended and under_way:
+            seeds_cell += f" (+{len(under_way)} under way)"
+            progress = []
+            for g in sorted(under_way, key=lambda g: g["seed"]):
+                so_far = rescore(curves[id(g)], method) if curves[id(g)] else None
+                figure = f"{100 * so_far[0]:.2f} so far, " if so_far is not None else ""
+                progress.append(f"seed {g['seed']} {figure}round {_last_round(g, curves[id(g)])}")
+            ours_cell += f"; under way: {'; '.join(progress)}"
         lines.append(
-            f"| {name} | {setting} | {rounds} (ran {', '.join(map(str, done))}) | {len(group)} "
-            f"| {seed_cell(ours)} ({metric}) | {paper if paper is not None else '-'} | {diff} "
+            f"| {name} | {setting} | {rounds} (ran {', '.join(map(str, done))}) | {seeds_cell} "
+            f"| {ours_cell} | {paper if paper is not None else '-'} | {diff} "
             f"| {seed_cell(worst)} | {every_cell} |"
         )
     return "\n".join(lines)
@@ -431,14 +450,13 @@ def width_table(
     """Markdown: each capacity cluster's accuracy (the deployed model's, :data:`OURS_METRIC`)
     for every method's runs of ``setting`` whose summary followed the window rule
     (:func:`_follows_rule`) and covers every round it logged: one column per (method, label,
-    rounds) with its seed count, one row per width, means over the seeds whose draw has that
-    width (a capacity-unaware method's seeds may have trained different widths: FedAvg's
-    min_i p_i). The paper reports none; it shows who a method serves well (Pa3dFL's narrowest
-    clients against FedAvg's, BENCHMARKS.md). ``every_client``: the clusters of each run's
-    all-client evaluation (:func:`all_clients`) instead, for the runs that have one. Empty when
-    no run qualifies."""
-    columns: dict[tuple[str, str, int], dict[float, list[float]]] = {}
-    seeds: dict[tuple[str, str, int], set[int]] = {}
+    rounds) with its seed count (its ended seeds; its chunks so far when none ended), one row
+    per width, means over the seeds whose draw has that width (a capacity-unaware method's
+    seeds may have trained different widths: FedAvg's min_i p_i). The paper reports none; it
+    shows who a method serves well (Pa3dFL's narrowest clients against FedAvg's,
+    BENCHMARKS.md). ``every_client``: the clusters of each run's all-client evaluation
+    (:func:`all_clients`) instead, for the runs that have one. Empty when no run qualifies."""
+    qualified: dict[tuple[str, str, int], list[tuple[dict[str, Any], dict[str, Any]]]] = {}
     for r in runs:
         method, summary = r["method"], r["summary"]
         if every_client:
@@ -447,13 +465,19 @@ def width_table(
             summary if every_client else _follows_rule(summary, method) and _summary_current(r)
         ):
             continue
-        prefix = f"{OURS_METRIC[method]}_width_"
-        column = (method, r["label"], r["rounds"])
-        cells = columns.setdefault(column, {})
-        seeds.setdefault(column, set()).add(r["seed"])
-        for name, value in summary.items():
-            if name.startswith(prefix) and value is not None:
-                cells.setdefault(float(name.removeprefix(prefix)), []).append(100 * value)
+        qualified.setdefault((method, r["label"], r["rounds"]), []).append((r, summary))
+    columns: dict[tuple[str, str, int], dict[float, list[float]]] = {}
+    seeds: dict[tuple[str, str, int], set[int]] = {}
+    for column, found in qualified.items():
+        # a column's ended seeds only, as in summary_table; its chunks so far if none ended
+        ended = [(r, s) for r, s in found if _run_ended(r["summary"], r["rounds"])]
+        for r, summary in ended or found:
+            prefix = f"{OURS_METRIC[r['method']]}_width_"
+            cells = columns.setdefault(column, {})
+            seeds.setdefault(column, set()).add(r["seed"])
+            for name, value in summary.items():
+                if name.startswith(prefix) and value is not None:
+                    cells.setdefault(float(name.removeprefix(prefix)), []).append(100 * value)
     columns = {k: v for k, v in columns.items() if v}
     if not columns:
         return ""

@@ -170,6 +170,51 @@ def test_a_run_under_way_is_read_from_its_log_not_its_last_chunks_summary(
     assert "| 0.5 | 70.00 |" in mod["width_table"]([run])
 
 
+def test_a_seed_under_way_is_named_beside_the_ended_seeds_not_averaged_in(
+    tmp_path: Path,
+) -> None:
+    import runpy
+
+    mod = runpy.run_path(str(SCRIPT), run_name="reproduce")
+    # seed 0 ended (early stop at 363) at 90.00; seed 1's resumed run has logged 28 rounds at
+    # 80.00, and its last chunk's summary (round 25) follows the rule
+    ended = {"rounds": 363, "early_stopped": 1.0, "accuracy": 0.90, "best_round": 262,
+             "best_window_start": 253, "best_val_accuracy": 0.91,
+             "accuracy_worst_width": 0.78, "accuracy_width_0.5": 0.88}  # fmt: skip
+    chunk = {"rounds": 28, "early_stopped": 0.0, "accuracy": 0.80, "best_round": 28,
+             "best_window_start": 19, "best_val_accuracy": 0.81,
+             "accuracy_worst_width": 0.60, "accuracy_width_0.5": 0.62}  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(
+            json.dumps({"round": r, "val_accuracy": 0.81, "accuracy": 0.80}) + "\n"
+            for r in range(1, 29)
+        )
+    )
+    base = {"setting": "hetero", "method": "pa3dfl", "label": "", "rounds": 500}
+    runs = [
+        base | {"seed": 0, "summary": ended, "folder": None, "record": {}},
+        base | {"seed": 1, "summary": chunk, "folder": str(tmp_path)},
+    ]
+    row = next(line for line in mod["summary_table"](runs).splitlines() if "| pa3dfl |" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:8] == [
+        "500 (ran 28, 363)",
+        "1 (+1 under way)",
+        "90.00 (accuracy); under way: seed 1 80.00 so far, round 28",
+        "89.55",
+        "+0.45",  # seed 0's alone: a mean with seed 1's 80.00 would read 85.00
+        "78.00",  # nor seed 1's worst width
+    ]
+    assert "| 0.5 | 88.00 |" in mod["width_table"](runs)  # its clusters neither
+    assert "1 seed)" in mod["width_table"](runs)
+    # once seed 1 ends, both seeds count
+    chunk |= {"rounds": 500}
+    row = next(line for line in mod["summary_table"](runs).splitlines() if "| pa3dfl |" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3:6] == ["2", "85.00 ± 7.07 (accuracy)", "89.55"]
+    assert "| 0.5 | 75.00 ± 18.38 |" in mod["width_table"](runs)
+
+
 def test_a_run_in_its_first_chunk_is_listed_as_under_way(tmp_path: Path) -> None:
     import runpy
 
