@@ -138,6 +138,20 @@ def test_the_summary_compares_only_ended_runs_of_the_papers_setting() -> None:
     assert "| - | -" in table([ideal])  # no Ideal figure in Table 3's FMNIST column
 
 
+def _write_log(folder: Path, rounds: int, val: float, accuracy: float) -> None:
+    """A run folder's ``metrics.jsonl``: rounds 1..rounds at constant accuracies."""
+    row = {"val_accuracy": val, "accuracy": accuracy}
+    (folder / "metrics.jsonl").write_text(
+        "".join(json.dumps({"round": r} | row) + "\n" for r in range(1, rounds + 1))
+    )
+
+
+def _pa3dfl_cells(mod: dict, runs: list[dict]) -> list[str]:
+    """The cells of the summary table's plain ``pa3dfl`` row."""
+    row = next(line for line in mod["summary_table"](runs).splitlines() if "| pa3dfl |" in line)
+    return [c.strip() for c in row.strip("|").split("|")]
+
+
 def test_a_run_under_way_is_read_from_its_log_not_its_last_chunks_summary(
     tmp_path: Path,
 ) -> None:
@@ -148,16 +162,10 @@ def test_a_run_under_way_is_read_from_its_log_not_its_last_chunks_summary(
     summary = {"rounds": 11, "early_stopped": 0.0, "accuracy": 0.70, "best_round": 11,
                "best_window_start": 2, "best_val_accuracy": 0.72,
                "accuracy_worst_width": 0.70, "accuracy_width_0.5": 0.70}  # fmt: skip
-    (tmp_path / "metrics.jsonl").write_text(
-        "".join(
-            json.dumps({"round": r, "val_accuracy": 0.85, "accuracy": 0.86}) + "\n"
-            for r in range(1, 104)
-        )
-    )
+    _write_log(tmp_path, 103, val=0.85, accuracy=0.86)
     run = {"setting": "hetero", "method": "pa3dfl", "label": "", "rounds": 500, "seed": 0,
            "summary": summary, "folder": str(tmp_path)}  # fmt: skip
-    row = next(line for line in mod["summary_table"]([run]).splitlines() if "| pa3dfl |" in line)
-    cells = [c.strip() for c in row.strip("|").split("|")]
+    cells = _pa3dfl_cells(mod, [run])
     assert cells[2] == "500 (ran 103)"  # the log's last round, not the summary's 11
     assert cells[4] == "86.00 (accuracy)"  # rescored from the log
     assert cells[6] == "n/a (run not ended)"
@@ -165,8 +173,8 @@ def test_a_run_under_way_is_read_from_its_log_not_its_last_chunks_summary(
     assert mod["width_table"]([run]) == ""  # nor its per-width figures
     # once the summary covers the log (the chunk ended), both come back
     summary["rounds"] = 103
-    row = next(line for line in mod["summary_table"]([run]).splitlines() if "| pa3dfl |" in line)
-    assert row.split("|")[3].strip() == "500 (ran 103)" and row.split("|")[8].strip() == "70.00"
+    cells = _pa3dfl_cells(mod, [run])
+    assert cells[2] == "500 (ran 103)" and cells[7] == "70.00"
     assert "| 0.5 | 70.00 |" in mod["width_table"]([run])
 
 
@@ -177,26 +185,20 @@ def test_a_seed_under_way_is_named_beside_the_ended_seeds_not_averaged_in(
 
     mod = runpy.run_path(str(SCRIPT), run_name="reproduce")
     # seed 0 ended (early stop at 363) at 90.00; seed 1's resumed run has logged 28 rounds at
-    # 80.00, and its last chunk's summary (round 25) follows the rule
+    # 80.00, and its last chunk's summary covers them and follows the rule
     ended = {"rounds": 363, "early_stopped": 1.0, "accuracy": 0.90, "best_round": 262,
              "best_window_start": 253, "best_val_accuracy": 0.91,
              "accuracy_worst_width": 0.78, "accuracy_width_0.5": 0.88}  # fmt: skip
     chunk = {"rounds": 28, "early_stopped": 0.0, "accuracy": 0.80, "best_round": 28,
              "best_window_start": 19, "best_val_accuracy": 0.81,
              "accuracy_worst_width": 0.60, "accuracy_width_0.5": 0.62}  # fmt: skip
-    (tmp_path / "metrics.jsonl").write_text(
-        "".join(
-            json.dumps({"round": r, "val_accuracy": 0.81, "accuracy": 0.80}) + "\n"
-            for r in range(1, 29)
-        )
-    )
+    _write_log(tmp_path, 28, val=0.81, accuracy=0.80)
     base = {"setting": "hetero", "method": "pa3dfl", "label": "", "rounds": 500}
     runs = [
         base | {"seed": 0, "summary": ended, "folder": None, "record": {}},
         base | {"seed": 1, "summary": chunk, "folder": str(tmp_path)},
     ]
-    row = next(line for line in mod["summary_table"](runs).splitlines() if "| pa3dfl |" in line)
-    cells = [c.strip() for c in row.strip("|").split("|")]
+    cells = _pa3dfl_cells(mod, runs)
     assert cells[2:8] == [
         "500 (ran 28, 363)",
         "1 (+1 under way)",
@@ -209,8 +211,7 @@ def test_a_seed_under_way_is_named_beside_the_ended_seeds_not_averaged_in(
     assert "1 seed)" in mod["width_table"](runs)
     # once seed 1 ends, both seeds count
     chunk |= {"rounds": 500}
-    row = next(line for line in mod["summary_table"](runs).splitlines() if "| pa3dfl |" in line)
-    cells = [c.strip() for c in row.strip("|").split("|")]
+    cells = _pa3dfl_cells(mod, runs)
     assert cells[3:6] == ["2", "85.00 ± 7.07 (accuracy)", "89.55"]
     assert "| 0.5 | 75.00 ± 18.38 |" in mod["width_table"](runs)
 
@@ -221,12 +222,7 @@ def test_a_run_in_its_first_chunk_is_listed_as_under_way(tmp_path: Path) -> None
     mod = runpy.run_path(str(SCRIPT), run_name="reproduce")
     folder = tmp_path / "hetero-pa3dfl-no-hn-r500-s0"  # no summary.json: never stopped yet
     folder.mkdir()
-    (folder / "metrics.jsonl").write_text(
-        "".join(
-            json.dumps({"round": r, "val_accuracy": 0.78, "accuracy": 0.77}) + "\n"
-            for r in range(1, 31)
-        )
-    )
+    _write_log(folder, 30, val=0.78, accuracy=0.77)
     (tmp_path / "ideal-fedavg-r500-s0").mkdir()  # neither file: not a run
     runs = mod["read_runs"](tmp_path, None)
     assert [(r["method"], r["label"], r["summary"]) for r in runs] == [("pa3dfl", "no-hn", {})]
