@@ -12,6 +12,12 @@ client), make its ``epsilon`` a formal guarantee:
   permits releasing one record outright (LoDMeta's delta 0.02 .. 0.4): epsilon ``inf``; the
   accountant's figure stays in ``epsilon_accountant``.
 * ``none``: no mechanism, epsilon ``inf``.
+* client-level DP made before its sampling and accounting agreed (flcore fb93cf3): the server
+  drew a fixed ``m`` clients but the accountant composed Poisson sampling at ``m / N`` under
+  add/remove, a bound that does not hold for fixed-size sampling (flcore.privacy.client_level).
+  Such a run is tagged ``dp_guarantee: client-level`` with no ``client_sampling`` tag (or, made
+  before the tags, is ``dp_fedavg_client`` with neither): epsilon ``inf``, its logged figure
+  kept as ``epsilon_accountant``. Runs since carry ``client_sampling`` and keep their epsilon.
 
 Runs made since flcore reports this itself already carry ``epsilon = inf`` and
 ``epsilon_shared``; runs already in users' stores carry the finite shared epsilon as
@@ -58,18 +64,39 @@ def is_epsilon(name: str) -> bool:
     return last.startswith("epsilon") or last in {"eps", "ε"}
 
 
+#: the algorithm whose client-level DP runs predate the ``dp_guarantee`` tag
+LEGACY_CLIENT_LEVEL_ALGORITHM = "dp_fedavg_client"
+
+
+def _column(df: pd.DataFrame, name: str) -> pd.Series:
+    return df[name] if name in df.columns else pd.Series(None, index=df.index, dtype=object)
+
+
+def _unsound_client_level(df: pd.DataFrame) -> np.ndarray:
+    """Client-level DP runs made before sampling and accounting agreed: tagged
+    ``client-level`` (or untagged ``dp_fedavg_client``) without a ``client_sampling`` tag."""
+    guarantee, algorithm = _column(df, "dp_guarantee"), _column(df, "algorithm")
+    client_level = (guarantee == "client-level") | (
+        guarantee.isna() & (algorithm == LEGACY_CLIENT_LEVEL_ALGORITHM)
+    )
+    return (client_level & _column(df, "client_sampling").isna()).to_numpy()
+
+
 def _no_formal(df: pd.DataFrame) -> np.ndarray:
-    if "dp_guarantee" not in df.columns:
-        return np.zeros(len(df), dtype=bool)
-    return df["dp_guarantee"].isin(NO_FORMAL_DP).to_numpy()
+    """The rows whose epsilon is no guarantee: :data:`NO_FORMAL_DP`, and unsound client-level
+    runs (:func:`_unsound_client_level`)."""
+    tagged = _column(df, "dp_guarantee").isin(NO_FORMAL_DP).to_numpy()
+    return tagged | _unsound_client_level(df)
 
 
 def apply_guarantees(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with every run tagged ``shared-only`` or ``none`` at ``epsilon = inf``.
+    """``df`` with every run tagged ``shared-only``, ``weak-delta`` or ``none``, and every
+    unsound client-level run (module docstring), at ``epsilon = inf``.
 
     For a ``shared-only`` row that logged a finite ``epsilon`` (a run made before flcore
     reported ``inf`` itself) and has no ``epsilon_shared``, that value moves to
-    ``epsilon_shared`` (and ``epsilon_std`` to ``epsilon_shared_std``). ``epsilon_std`` of the
+    ``epsilon_shared`` (and ``epsilon_std`` to ``epsilon_shared_std``); an unsound client-level
+    row's moves to ``epsilon_accountant``. ``epsilon_std`` of the
     rows set to inf becomes NaN: a spread of a value that is not the guarantee means nothing.
     Rows without the tag are left alone. Returns a copy when it changes anything, else ``df``.
     """
@@ -78,8 +105,15 @@ def apply_guarantees(df: pd.DataFrame) -> pd.DataFrame:
         return df
     out = df.copy()
     eps = pd.to_numeric(out["epsilon"], errors="coerce").astype(float)
-    shared = (out["dp_guarantee"] == "shared-only").to_numpy()
-    for src, dst in (("epsilon", "epsilon_shared"), ("epsilon_std", "epsilon_shared_std")):
+    shared = (_column(out, "dp_guarantee") == "shared-only").to_numpy()
+    unsound = _unsound_client_level(out)
+    for src, dst, of in (
+        # A finite logged epsilon of a shared-only run is what its shared part spent; an
+        # unsound client-level run's is what its (wrong-scheme) accountant said.
+        ("epsilon", "epsilon_shared", shared),
+        ("epsilon_std", "epsilon_shared_std", shared),
+        ("epsilon", "epsilon_accountant", unsound),
+    ):
         if src not in out.columns:
             continue
         value = pd.to_numeric(out[src], errors="coerce").astype(float)
@@ -88,8 +122,7 @@ def apply_guarantees(df: pd.DataFrame) -> pd.DataFrame:
             if dst in out.columns
             else pd.Series(np.nan, index=out.index)
         )
-        # A finite logged epsilon of a shared-only run is what its shared part spent.
-        take = shared & have.isna().to_numpy() & np.isfinite(value.to_numpy())
+        take = of & have.isna().to_numpy() & np.isfinite(value.to_numpy())
         if take.any():
             out[dst] = have.where(~take, value)
     out["epsilon"] = eps.where(~rows, np.inf)
@@ -102,15 +135,16 @@ def apply_guarantees(df: pd.DataFrame) -> pd.DataFrame:
 def apply_guarantees_to_histories(history: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """Round-by-round rows (``run_id``, ``metric``, ``step``, ``value``) with the rule applied.
 
-    The ``epsilon`` rows of a ``shared-only`` or ``none`` run become ``inf`` (the curves then
-    say they are not drawn). A ``shared-only`` run that logged finite ``epsilon`` rows but no
-    ``epsilon_shared`` history (made before flcore logged it) gets those values as
+    The ``epsilon`` rows of a run :func:`apply_guarantees` puts at ``inf`` become ``inf`` (the
+    curves then say they are not drawn). A ``shared-only`` run that logged finite ``epsilon``
+    rows but no ``epsilon_shared`` history (made before flcore logged it) gets those values as
     ``epsilon_shared`` rows: what its shared part spent, under its true name. ``runs`` gives
-    each run's ``dp_guarantee``.
+    each run's ``dp_guarantee`` (and ``algorithm``, ``client_sampling``).
     """
-    if not len(history) or "dp_guarantee" not in runs.columns:
+    if not len(history) or not len(runs):
         return history
-    guarantee = dict(zip(runs["run_id"], runs["dp_guarantee"], strict=False))
+    guarantee = dict(zip(runs["run_id"], _column(runs, "dp_guarantee"), strict=False))
+    at_inf = dict(zip(runs["run_id"], _no_formal(runs), strict=False))
     of_row = history["run_id"].map(guarantee)
     eps = (history["metric"] == "epsilon").to_numpy()
     finite = np.isfinite(history["value"].to_numpy(dtype=float))
@@ -118,7 +152,9 @@ def apply_guarantees_to_histories(history: pd.DataFrame, runs: pd.DataFrame) -> 
     shared = (of_row == "shared-only").to_numpy() & ~history["run_id"].isin(has_shared).to_numpy()
     moved = history.loc[eps & finite & shared].assign(metric="epsilon_shared")
     out = history.copy()
-    out.loc[eps & of_row.isin(NO_FORMAL_DP).to_numpy(), "value"] = np.inf
+    out.loc[eps & history["run_id"].map(at_inf).fillna(False).to_numpy(dtype=bool), "value"] = (
+        np.inf
+    )
     out = pd.concat([out, moved], ignore_index=True)
     return out.sort_values(["run_id", "metric", "step"], kind="mergesort", ignore_index=True)
 

@@ -26,10 +26,17 @@ INF = math.inf
 
 
 def runs(rows: list[tuple]) -> pd.DataFrame:
-    """(run_id, algorithm, dp_guarantee, dp_relation, accuracy, epsilon) rows, all FINISHED."""
+    """(run_id, algorithm, dp_guarantee, dp_relation, accuracy, epsilon) rows, all FINISHED;
+    a client-level row carries the ``client_sampling`` tag of its relation, as flcore tags
+    every client-level run."""
     cols = ["run_id", "algorithm", "dp_guarantee", "dp_relation", "accuracy", "epsilon"]
     df = pd.DataFrame(rows, columns=cols)
     df["status"] = "FINISHED"
+    sampling = {"add-remove": "poisson", "replace-one": "fixed"}
+    df["client_sampling"] = [
+        sampling[r] if g == "client-level" else None
+        for g, r in zip(df["dp_guarantee"], df["dp_relation"], strict=True)
+    ]
     return df
 
 
@@ -86,6 +93,41 @@ def test_new_runs_and_runs_without_dp_keep_their_values() -> None:
     assert np.isnan(out.loc["f", "epsilon_shared"])
     assert apply_guarantees(apply_guarantees(df)).equals(apply_guarantees(df))  # idempotent
     assert df.loc[1, "epsilon"] == 3.0  # the input frame is not changed
+
+
+def test_a_client_level_run_from_before_sampling_and_accounting_agreed_lands_at_inf() -> None:
+    # flcore before fb93cf3: a fixed m clients a round, accounted as Poisson sampling at m / N
+    # (add/remove), which under-reports; such runs have no client_sampling tag, and the
+    # oldest no dp_guarantee either
+    df = runs(
+        [
+            ("old", "dp_fedavg_client", "client-level", "add-remove", 0.80, 1.5),
+            ("older", "dp_fedavg_client", None, None, 0.82, 1.2),
+            ("new", "dp_fedavg_client", "client-level", "replace-one", 0.78, 6.0),
+            ("isrl", "dp_fedavg", None, None, 0.75, 2.0),  # untagged record-level: left alone
+        ]
+    )
+    df.loc[df["run_id"].isin(["old", "older"]), "client_sampling"] = None
+    df["epsilon_std"] = [0.1, 0.2, 0.3, 0.4]
+
+    out = apply_guarantees(df).set_index("run_id")
+
+    assert out["epsilon"].to_dict() == {"old": INF, "older": INF, "new": 6.0, "isrl": 2.0}
+    assert out.loc["old", "epsilon_accountant"] == 1.5  # the logged figure, under its name
+    assert out.loc["older", "epsilon_accountant"] == 1.2
+    assert np.isnan(out.loc["new", "epsilon_accountant"])
+    assert np.isnan(out.loc["old", "epsilon_std"]) and out.loc["new", "epsilon_std"] == 0.3
+    assert apply_guarantees(apply_guarantees(df)).equals(apply_guarantees(df))  # idempotent
+    # on a front the unsound 1.5 no longer dominates the sound 6.0 at lower accuracy
+    result = pareto_front(df, [ACC, EPS])
+    assert result.table.set_index("run_id").loc["old", "epsilon"] == INF
+    assert {"new", "older", "isrl"} == set(result.front["run_id"])
+    # and its round-by-round epsilon is not drawn as a guarantee either
+    history = pd.DataFrame(
+        {"run_id": ["old", "new"], "metric": "epsilon", "step": 1, "value": [1.5, 6.0]}
+    )
+    values = apply_guarantees_to_histories(history, df).set_index("run_id")["value"]
+    assert values.to_dict() == {"old": INF, "new": 6.0}
 
 
 def test_seed_spread_of_a_shared_epsilon_moves_with_it() -> None:
