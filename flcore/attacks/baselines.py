@@ -13,14 +13,15 @@ set); the pool is the best estimate of it that the run itself defines. The no-in
 guesses for a record are
 
 - the pool's mean image, and
-- when the attacker knows the record's label (``attack.labels: given``), the mean image of the
-  record's class.
+- when the attacker knows the record's label without the upload (``attack.labels: given``, or
+  ``auto`` where the upload does not give the labels away and the attack is handed them), the
+  mean image of the record's class.
 
 Both leave the record itself out (``(sum - x) / (n - 1)``): a guess that contains the record is
 not a guess without information; on a 12,000-record pool the difference is about 1e-4 dB.
-The baseline PSNR (SSIM) of a record is the best PSNR (SSIM) over its guesses. With ``auto``
-labels only the mean image is a no-information guess: a label recovered from the upload is
-leakage, so it must not raise the baseline.
+The baseline PSNR (SSIM) of a record is the best PSNR (SSIM) over its guesses. Where ``auto``
+labels are recovered from the upload (iDLG), only the mean image is a no-information guess: a
+label recovered from the upload is leakage, so it must not raise the baseline.
 
 **Identification.** For each attacked record, K other records of its class are drawn from the
 pool (seeded per record, the record and any pixel-identical copy of it excluded: a duplicate

@@ -496,8 +496,20 @@ class LeakageEvaluator:
             if emb is not None and isinstance(task.state, Mapping) and "embedding" in task.state:
                 true = task.state["embedding"].flatten().float()
                 cos = float(torch.nn.functional.cosine_similarity(emb.flatten(), true, dim=0))
+            # the class mean is a no-information guess when the attack was handed the labels
+            # (labels: given, or auto where the upload does not give them away), not when it
+            # recovered them from the upload: that is leakage (flcore.attacks.baselines)
             self._score(
-                prior, round, cid, up.records, up.ids, rec.images, rec.labels, up.informative, cos
+                prior,
+                round,
+                cid,
+                up.records,
+                up.ids,
+                rec.images,
+                rec.labels,
+                up.informative,
+                cos,
+                labels_known=rec.label_source == "given",
             )
 
     def score_reconstructions(
@@ -532,7 +544,10 @@ class LeakageEvaluator:
         rec_labels: torch.Tensor,
         informative: bool | None,
         cos: float | None = None,
+        labels_known: bool | None = None,
     ) -> None:
+        """Score one upload's reconstructions. ``labels_known``: whether the attacker had the
+        records' labels without the upload (None: ``attack.labels`` is ``given``)."""
         s = self.settings
         truth = records.images.float() / 255.0
         order = match_to_truth(rec_images, truth) if len(truth) > 1 else torch.arange(1)
@@ -541,7 +556,7 @@ class LeakageEvaluator:
         labels = flat[order] if flat.numel() == len(order) else flat
         p, q = psnr(images, truth), ssim(images, truth)
         lp = self.lpips(images, truth)
-        known = s.labels == "given"
+        known = s.labels == "given" if labels_known is None else labels_known
         guesses, decoys = [], []
         for i in range(len(truth)):
             label = int(records.labels[i])

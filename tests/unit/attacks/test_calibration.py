@@ -89,6 +89,23 @@ def test_the_mean_image_guess_gains_nothing_and_is_identified_at_chance(
         assert out["leak_psnr_baseline"] > out["leak_psnr"] + 1
 
 
+def test_labels_handed_to_the_attack_let_the_class_mean_into_the_baseline(
+    raw: dict[str, Any], data
+) -> None:  # type: ignore[no-untyped-def]
+    # two records an upload: iDLG cannot read them, so `auto` hands the attack the true labels
+    # (label_source "given") and the class mean is a guess without the upload, as under `given`
+    baselines = {}
+    for labels in ("given", "auto"):
+        attack = {"rounds": [1], "images": 2, "batch": 2, "labels": labels}
+        cfg = validate_config(raw | {"rounds": 1, "attack": raw["attack"] | attack})
+        engine = build_engine(cfg, data=data)
+        engine.run()
+        ev = engine.probes[0]
+        assert ev.label_source == "given"
+        baselines[labels] = ev.summary(engine)["leak_psnr_baseline"]
+    assert baselines["auto"] == baselines["given"]
+
+
 def test_the_true_record_is_identified_with_a_large_gain(raw: dict[str, Any], data) -> None:  # type: ignore[no-untyped-def]
     engine, ev = _evaluator(raw, data)
     picks = PICKS[:10]
