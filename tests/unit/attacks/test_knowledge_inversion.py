@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -131,3 +132,17 @@ def test_the_probe_attacks_the_round_upload(data_root: Path) -> None:
     restored = KnowledgeInversionProbe(settings, engine.factory)
     restored.load_state_dict(probe.state_dict())
     assert restored.summary(engine)["knowledge_psnr"] == summary["knowledge_psnr"]
+    # the baseline is the other clients' class means: client 0's own records, the truth it is
+    # scored against, are no part of the attacker's prior
+    fed = engine.data
+    own = set(np.asarray(fed.train.client_indices[0]).tolist())
+    others = sorted(
+        {int(i) for c, a in enumerate(fed.train.client_indices) if c != 0 for i in a} - own
+    )
+    idx = torch.as_tensor(others)
+    pop = ArrayDataset(fed.splits.train.images[idx], fed.splits.train.labels[idx])
+    truth, n = class_mean_images(fed.client_train(0), 10)
+    base, _ = class_mean_images(pop, 10)
+    held_classes = torch.nonzero(n > 0).flatten()
+    expected = psnr(base[held_classes], truth[held_classes]).mean().item()
+    assert summary["knowledge_psnr_baseline"] == pytest.approx(expected, abs=1e-4)
