@@ -17,7 +17,12 @@
   channels and values are scaled to ``[-1, 1]``, as the package expects.
 
 A reconstructed batch is matched to the originals (Hungarian assignment on MSE) before scoring,
-so a batch attack that recovers the right images in another order is scored fairly.
+so a batch attack that recovers the right images in another order is scored fairly. The
+assignment reads the originals, which no attacker has: each original gets the closest of the
+batch's outputs, so at ``attack.batch`` > 1 the scores (and the calibrated gains and
+identification built on them) lean toward the attack, and an attack that recovers nothing can
+score a little above its baseline and chance. The no-information guesses are per record and are
+not matched. At ``batch`` 1 (the default, the papers' protocol) nothing is assigned.
 """
 
 from __future__ import annotations
