@@ -7,6 +7,12 @@ record sampling rate ``B / n_i``. The reported epsilon is the maximum over clien
 every client has. An algorithm that releases more than its model (FedHKD's class statistics
 under ``privacy.protect: knowledge+model``) composes those releases into the same client's
 accountant (:meth:`PerClientAccounting.release`), under the same add/remove relation.
+
+The record count ``n_i`` is public: it sets the client's sampling rate, its step count and its
+weight in the server's average (every n-weighted aggregation), all in the clear. The add/remove
+epsilon holds with ``n_i`` fixed, as Opacus and the papers account DP-SGD; a relation under which
+the count is private admits no add/remove figure for this mechanism, only the replace-one one
+(about twice the epsilon). README.md says so where it states the accounting.
 """
 
 from __future__ import annotations
