@@ -43,6 +43,7 @@ PROVENANCE_TAGS = (
     "dataset.sha256",
     "leak_lpips_reason",
     "leak_reason",
+    "leak_identified_by",
     "attack",
     "attack.labels",
 )

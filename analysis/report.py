@@ -50,7 +50,13 @@ _LEAK_CAPTION = (
     "leak_identified_worst_round",
 )
 #: shown beside each attack grid, not as provenance
-_ATTACK_TAGS = {"tags.leak_lpips_reason", "tags.leak_reason", "tags.attack", "tags.attack.labels"}
+_ATTACK_TAGS = {
+    "tags.leak_lpips_reason",
+    "tags.leak_reason",
+    "tags.leak_identified_by",
+    "tags.attack",
+    "tags.attack.labels",
+}
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ def attack_tags(summary: dict[str, Any], engine: Any) -> dict[str, str]:
     if ev is None:
         return {}
     tags = {"attack": ev.settings.name, "attack.labels": ev.label_source or "none"}
-    for key in ("leak_reason", "leak_lpips_reason"):
+    for key in ("leak_reason", "leak_lpips_reason", "leak_identified_by"):
         if summary.get(key):
             tags[key] = str(summary[key])[:5000]
     return tags

@@ -365,6 +365,10 @@ class LeakageEvaluator:
             out["leak_reason"] = "; ".join(self.skipped) or "no attacked round was reached"
         if self.lpips.reason is not None:
             out["leak_lpips_reason"] = self.lpips.reason
+        if self.records:
+            # leak_identified's closeness: LPIPS where its weights are on this machine, else
+            # SSIM (flcore.attacks.baselines.identify); the two can disagree on a record
+            out["leak_identified_by"] = "lpips" if self.lpips.available else "ssim"
         return out
 
     # ------------------------------------------------------------------ the replay

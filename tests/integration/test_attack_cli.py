@@ -45,6 +45,9 @@ def test_attack_json_mlflow_and_grid(attack_config: Path, tmp_path: Path) -> Non
     assert run.data.metrics["leak_psnr"] == pytest.approx(doc["leak_psnr"])
     assert run.data.tags["attack"] == "ig" and run.data.tags["fedsweep.kind"] == "attack"
     assert run.data.tags["attack.labels"] == "given"  # the default: one threat model for all
+    # which closeness leak_identified used on this machine (LPIPS needs its weights file)
+    expected_by = "ssim" if doc["leak_lpips"] is None else "lpips"
+    assert run.data.tags["leak_identified_by"] == expected_by
     # training stopped after the attacked round: round 3 never ran
     assert [m.step for m in client.get_metric_history(doc["run_id"], "round_seconds")] == [1, 2]
     files = [f.path for f in client.list_artifacts(doc["run_id"], "attack")]
