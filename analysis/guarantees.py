@@ -96,9 +96,9 @@ def apply_guarantees(df: pd.DataFrame) -> pd.DataFrame:
     For a ``shared-only`` row that logged a finite ``epsilon`` (a run made before flcore
     reported ``inf`` itself) and has no ``epsilon_shared``, that value moves to
     ``epsilon_shared`` (and ``epsilon_std`` to ``epsilon_shared_std``); an unsound client-level
-    row's moves to ``epsilon_accountant``. ``epsilon_std`` of the
-    rows set to inf becomes NaN: a spread of a value that is not the guarantee means nothing.
-    Rows without the tag are left alone. Returns a copy when it changes anything, else ``df``.
+    row's moves to ``epsilon_accountant``. ``epsilon_std`` of the rows set to inf becomes NaN: a
+    spread of a value that is not the guarantee means nothing. Other rows without the tag are
+    left alone. Returns a copy when it changes anything, else ``df``.
     """
     rows = _no_formal(df)
     if not rows.any() or "epsilon" not in df.columns:
