@@ -510,3 +510,31 @@ def test_the_paired_table_compares_clients_of_the_same_draw() -> None:
     # no run measured on every client, or only the anchor: nothing to pair
     assert paired_table([runs[0]]) == ""
     assert paired_table([r | {"record": {}} for r in runs]) == ""
+
+
+def test_the_ordering_is_judged_on_ended_500_round_seeds_only() -> None:
+    import runpy
+
+    claims = runpy.run_path(str(SCRIPT), run_name="reproduce")["ordering_claims"]
+
+    def run(method: str, seed: int, value: float, rounds: int = 500, done: int = 500,
+            label: str = "") -> dict:  # fmt: skip
+        metric = "accuracy_before" if method in ("fedavg", "heterofl", "flanc") else "accuracy"
+        summary = {"rounds": done, "early_stopped": 0.0, metric: value}
+        return {"setting": "hetero", "method": method, "label": label, "rounds": rounds,
+                "seed": seed, "summary": summary, "folder": None, "record": {}}  # fmt: skip
+
+    runs = [run("pa3dfl", s, 0.90 + 0.001 * s) for s in range(3)]
+    runs += [run("fedavg", s, 0.88 + 0.001 * s) for s in range(3)]
+    runs += [run("heterofl", 0, 0.95, rounds=200, done=117, label="sbn")]
+    lines = claims(runs)
+    assert lines[0].startswith("1. hetero: pa3dfl above fedavg (paper 89.55 > 87.76")
+    assert lines[0].endswith("supported [+2.00 (3/3 seeds), supported]")
+    # a 200-round run is no evidence for the 500-round cell, whatever it scored
+    assert "heterofl has r200 sbn runs only" in lines[1] and "not measured [-]" in lines[1]
+    # a seed under way (round 120 of 500) does not count: two ended seeds decide nothing
+    runs[2] = run("pa3dfl", 2, 0.70, done=120)
+    assert "inconclusive [+1.95 (2/3 seeds), inconclusive]" in claims(runs)[0]
+    # the other way round: FedAvg ahead on every seed, beyond the noise
+    flipped = [run("pa3dfl", s, 0.86 + 0.001 * s) for s in range(3)] + runs[3:6]
+    assert "NOT supported [-2.00 (3/3 seeds), NOT supported]" in claims(flipped)[0]
