@@ -618,6 +618,10 @@ class LeakageEvaluator:
         out["leak_psnr_baseline"] = _mean([r.psnr_base for r in records if r.psnr_base is not None])  # type: ignore[misc]
         out["leak_ssim_baseline"] = _mean([r.ssim_base for r in records if r.ssim_base is not None])  # type: ignore[misc]
         out |= _calibrated(records)
+        # what leak_identified corrects: the fraction identified and the chance of a guess
+        tested = [r for r in records if r.identified is not None and r.chance is not None]
+        out["leak_identified_rate"] = _mean([float(r.identified) for r in tested])  # type: ignore[arg-type]
+        out["leak_identified_chance"] = _mean([r.chance for r in tested])  # type: ignore[misc]
         out |= _informative_part(records)
         return out
 

@@ -38,6 +38,10 @@ def test_attack_json_mlflow_and_grid(attack_config: Path, tmp_path: Path) -> Non
     assert doc["images"] == 2 and doc["iterations"] == 30 and doc["rounds"] == [2]
     assert 0 < doc["leak_psnr"] < 100 and -1 <= doc["leak_ssim"] <= 1
     assert doc["leak_psnr_max"] >= doc["leak_psnr"]
+    # leak_identified with what it corrects: the fraction identified and a guess's chance
+    assert doc["identified_chance"] == pytest.approx(1 / 21)
+    assert doc["identified_rate"] in (0.0, 0.5, 1.0)  # two records attacked
+    assert doc["identified_by"] in ("ssim", "lpips")
     if doc["leak_lpips"] is None:  # no AlexNet weights on this machine: said why
         assert "AlexNet" in doc["lpips_reason"]
     client = _store(tmp_path)

@@ -116,6 +116,9 @@ def test_the_true_record_is_identified_with_a_large_gain(raw: dict[str, Any], da
     ev.score_reconstructions(engine, 1, 0, picks, noisy)
     out = ev.summary(engine)
     assert out["leak_identified"] == 1.0
+    # what it corrects: every record identified, where a guess has a chance of 1 in K + 1
+    assert out["leak_identified_rate"] == 1.0
+    assert out["leak_identified_chance"] == pytest.approx(1 / 21)
     assert out["leak_psnr_gain"] > 15  # ~34 dB against a ~16 dB baseline
     assert out["leak_psnr_gain"] == pytest.approx(out["leak_psnr"] - out["leak_psnr_baseline"])
     _, exact = _evaluator(raw, data)
