@@ -828,9 +828,12 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError("", f"config file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError("", f"{p}: not valid YAML: {exc}") from None
+    if data is None:
+        # an empty file is a mistake, not "every default": that would start a full run
+        raise ConfigError("", f"{p}: the file is empty (write the keys you mean, as a mapping)")
     if not isinstance(data, dict):
         raise ConfigError("", f"{p}: the top level must be a mapping")
     return data

@@ -188,6 +188,9 @@ def compute_epsilon(
     """
     _check_scheme(accountant, sampling, population)
     check_delta(delta)
+    for _, _, t in history:
+        if int(t) < 0:  # zero steps release nothing; a negative count is a mistake
+            raise ConfigError("steps", f"must be >= 0, got {t}")
     entries = [(float(s), float(q), int(t)) for s, q, t in history if t > 0]
     for s, q, t in entries:
         _check_entry(s, q, t)

@@ -16,6 +16,7 @@ from sweeps.cli.inputs import (
     count,
     default_objectives_or_fail,
     objectives_or_fail,
+    out_file_or_fail,
     reference_or_fail,
     runs_or_fail,
     store_or_fail,
@@ -153,6 +154,8 @@ def query(
     """Runs matching an MLflow filter, as a table, CSV or Parquet."""
     if format_ is QueryFormat.parquet and out is None:
         fail("--format parquet needs --out FILE")
+    if out is not None:
+        out_file_or_fail(out, f"runs.{'parquet' if format_ is QueryFormat.parquet else 'csv'}")
     from analysis.load import LoadError, load_runs
 
     uri, experiment = store_or_fail(spec, experiment)
@@ -205,8 +208,7 @@ def report(
     # With the sweep's objectives the count is known only once the runs are read:
     # analyse_front then checks the length.
     ref = reference_or_fail(reference, len(objs) if objs is not None else count(reference))
-    if out.exists() and out.is_dir():
-        fail(f"--out {out} is a folder; give a file name such as {out / 'report.html'}")
+    out_file_or_fail(out, "report.html")
     uri, experiment = store_or_fail(spec, experiment)
     if not experiment:
         fail("give --experiment NAME (repeatable) or --spec SWEEP.yaml")

@@ -1,6 +1,6 @@
 """Reading a command's options into what the work needs, or exiting 2 naming the problem before
 any work: objectives, a hypervolume reference, the tracking store a sweep spec names, a runs
-table, a sweep's own objectives."""
+table, a sweep's own objectives, an output file."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ __all__ = [
     "count",
     "default_objectives_or_fail",
     "objectives_or_fail",
+    "out_file_or_fail",
     "reference_or_fail",
     "runs_or_fail",
     "store_or_fail",
@@ -36,6 +37,14 @@ SPEC_HELP = (
     "a sweep spec: read the store (tracking.uri) and experiment it writes to, resolved as "
     "`fedsweep sweep` resolves them"
 )
+
+
+def out_file_or_fail(out: Path, example: str) -> Path:
+    """``out`` when it can be written as a file: an existing folder there is refused (exit 2,
+    before any run is read), with ``example`` (a file name) as the way out."""
+    if out.is_dir():
+        fail(f"--out {out} is a folder; give a file name such as {out / example}")
+    return out
 
 
 def objectives_or_fail(spec: str) -> list[Any]:

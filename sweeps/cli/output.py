@@ -15,6 +15,7 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from flcore.errors import FedSweepError
 
@@ -34,8 +35,9 @@ T = TypeVar("T")
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Exit ``code`` with ``message`` on stderr, on one line (not wrapped at the console's
-    width: a log or a pipe gets it whole, and a terminal wraps it itself)."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    width: a log or a pipe gets it whole, and a terminal wraps it itself). The message is
+    printed as written: brackets in it (a user's value, ``[p_min^2, 1]``) are not markup."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

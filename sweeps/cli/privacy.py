@@ -50,7 +50,7 @@ def privacy_epsilon(
         float,
         typer.Option(help="DP-SGD record sampling rate B/n, or client-level DP's client_fraction"),
     ],
-    steps: Annotated[int, typer.Option(help="number of noisy steps composed")],
+    steps: Annotated[int, typer.Option(help="number of noisy steps composed", min=0)],
     delta: Annotated[float, typer.Option(help="delta")] = 1e-5,
     accountant: Annotated[AccountantChoice, typer.Option(help="accountant")] = AccountantChoice.rdp,
     population: Annotated[int | None, typer.Option(help=_POPULATION_HELP, min=1)] = None,
@@ -90,7 +90,7 @@ def privacy_sigma(
     sample_rate: Annotated[
         float, typer.Option(help="DP-SGD record sampling rate B/n, or client_fraction")
     ],
-    steps: Annotated[int, typer.Option(help="number of noisy steps")],
+    steps: Annotated[int, typer.Option(help="number of noisy steps", min=1)],
     delta: Annotated[float, typer.Option(help="delta")] = 1e-5,
     accountant: Annotated[AccountantChoice, typer.Option(help="accountant")] = AccountantChoice.rdp,
     max_noise_multiplier: Annotated[float, typer.Option(help="give up above this sigma")] = 1000.0,

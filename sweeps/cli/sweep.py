@@ -10,7 +10,7 @@ import typer
 
 from flcore.errors import FedSweepError
 from sweeps.cli._app import app
-from sweeps.cli.inputs import SPEC_HELP, store_or_fail
+from sweeps.cli.inputs import SPEC_HELP, out_file_or_fail, store_or_fail
 from sweeps.cli.output import deliver, err_console, fail
 from sweeps.cli.render import print_front, print_plan
 
@@ -84,6 +84,7 @@ def export(
     """Write one row per run (config, final metrics, status, durations) to Parquet."""
     from sweeps.export import export_sweep
 
+    out_file_or_fail(out, "results.parquet")
     uri, names = store_or_fail(spec, [experiment] if experiment else None)
     if not names:
         fail("give --experiment NAME or --spec SWEEP.yaml")

@@ -107,6 +107,11 @@ def test_override_parsing_errors() -> None:
 def test_missing_and_malformed_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "absent.yaml")
+    empty = tmp_path / "empty.yaml"
+    for text in ("", "# nothing but a comment\n"):  # not "every default": a full run
+        empty.write_text(text)
+        with pytest.raises(ConfigError, match="the file is empty"):
+            load_config(empty)
     bad = tmp_path / "bad.yaml"
     bad.write_text("rounds: [1,\n")
     with pytest.raises(ConfigError, match="not valid YAML"):

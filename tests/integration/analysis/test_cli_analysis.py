@@ -174,6 +174,9 @@ def test_query_formats(store: Store, tmp_path: Path) -> None:
         (["", "-e", "nope"], "unknown MLflow experiment"),
         (["", "-e", "fl-runs", "--format", "parquet"], "needs --out"),
         (["", "-e", "fl-runs", "--columns", "run_id,bogus"], "no column(s) bogus"),
+        # a user's value with brackets is printed as written, not read as markup
+        (["", "-e", "nope[red]"], "unknown MLflow experiment(s) 'nope[red]'"),
+        (["", "-e", "[/x]"], "'[/x]'"),
     ],
 )
 def test_query_bad_input_exits_2(store: Store, args: list[str], needle: str) -> None:
@@ -181,6 +184,30 @@ def test_query_bad_input_exits_2(store: Store, args: list[str], needle: str) -> 
 
     assert result.exit_code == 2, result.output
     assert needle in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["query", "", "-e", "fl-runs", "--format", "csv"],
+        ["query", "", "-e", "fl-runs", "--format", "parquet"],
+        ["export", "--experiment", "fl-runs"],
+        ["report", "-e", "fl-runs"],
+    ],
+)
+def test_an_out_that_is_a_folder_exits_2_before_any_run_is_read(
+    store: Store, tmp_path: Path, command: list[str]
+) -> None:
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+
+    result = invoke(store, [*command, "--out", str(folder)])
+
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.stderr.split())
+    assert "is a folder; give a file name such as" in message
+    assert "match" not in message  # no run was read before the refusal
+    assert list(folder.iterdir()) == []
 
 
 def test_report_on_runs_without_a_sweep(store: Store, tmp_path: Path) -> None:

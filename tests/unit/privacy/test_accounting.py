@@ -125,6 +125,22 @@ def test_cli_epsilon_equals_the_library_value() -> None:
     assert 3.9 < doc["epsilon"] <= 4.0
 
 
+def test_a_negative_step_count_is_refused_not_read_as_nothing_released() -> None:
+    assert compute_epsilon([(1.0, 0.1, 0)], 1e-5) == 0.0  # no step: nothing released
+    with pytest.raises(ConfigError, match="steps"):
+        compute_epsilon([(1.0, 0.1, -5)], 1e-5)
+    for command, steps in (("epsilon", "-5"), ("sigma", "0")):
+        args = ["--sample-rate", "0.1", "--steps", steps]
+        first = ["--noise-multiplier", "1"] if command == "epsilon" else ["--epsilon", "4"]
+        out = subprocess.run(
+            [FEDSWEEP, "privacy", command, *first, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 2 and "--steps" in out.stderr, (command, out.stderr)
+
+
 def test_cli_population_accounts_fixed_size_sampling_under_replace_one() -> None:
     """``--population 20 --sample-rate 0.3``: 6 of 20 without replacement, as client-level DP
     with ``client_sampling: fixed`` draws them: dp-accounting's event at sigma / 2."""
