@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from sweeps.cli._app import app
 from sweeps.cli.inputs import (
@@ -238,7 +239,7 @@ def report(
         highlight=False,
     )
     for note in result.notes:
-        err_console.print(f"[bold yellow]note:[/] {note}", highlight=False)
+        err_console.print(f"[bold yellow]note:[/] {escape(note)}", highlight=False)
 
 
 @app.command()
@@ -267,4 +268,4 @@ def curves(
         fail(f"none of these runs logged {', '.join(metrics)}")
     labels = {r: f"{a} {r[:6]}" for r, a in zip(runs["run_id"], runs["algorithm"], strict=True)}
     plot_rounds(history, metrics, out, labels=labels)
-    err_console.print(f"wrote {out}")
+    err_console.print(f"wrote {escape(str(out))}")

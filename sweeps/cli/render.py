@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from sweeps.cli.output import err_console, wide_console
 
@@ -107,7 +108,7 @@ def print_attack(doc: dict[str, Any]) -> None:
     Console().print(table)
     for key in ("reason", "lpips_reason"):
         if doc.get(key):
-            err_console.print(f"[yellow]{key}:[/] {doc[key]}", highlight=False)
+            err_console.print(f"[yellow]{key}:[/] {escape(str(doc[key]))}", highlight=False)
 
 
 def print_plan(p: dict[str, Any]) -> None:
@@ -228,4 +229,4 @@ def emit(df: Any, format_: QueryFormat, out: Path | None) -> None:
             with out.open("w") as f:
                 Console(file=f, width=200).print(table)
     if out is not None:
-        err_console.print(f"wrote {out}")
+        err_console.print(f"wrote {escape(str(out))}")

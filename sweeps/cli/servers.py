@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from sweeps.cli._app import app
 from sweeps.cli.inputs import store_or_fail
@@ -122,7 +123,7 @@ def serve_until_stopped(
     stops; a server that exits on its own exits 1 with its status."""
     from sweeps.dashboards import serve
 
-    err_console.print(f"starting the {what} on {url} (Ctrl-C stops it)")
+    err_console.print(f"starting the {what} on {escape(url)} (Ctrl-C stops it)")
     code = serve(cmd, env=env, ready_url=ready_url, on_ready=lambda: err_console.print(ready))
     if code:
         fail(f"the server exited with status {code}", code=1)

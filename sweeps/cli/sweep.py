@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from flcore.errors import FedSweepError
 from sweeps.cli._app import app
@@ -95,4 +96,4 @@ def export(
         fail(str(exc))
     if not len(df):
         fail(f"experiment {experiment!r} has no runs to export")
-    err_console.print(f"wrote {len(df)} runs to {out}")
+    err_console.print(f"wrote {len(df)} runs to {escape(str(out))}")
