@@ -9,7 +9,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn, TypeVar
 
@@ -25,6 +25,7 @@ __all__ = [
     "fail",
     "jsonable",
     "jsonable_tree",
+    "sigterm_as_interrupt",
     "stdout_to_stderr",
     "wide_console",
 ]
@@ -39,6 +40,28 @@ def fail(message: str, code: int = 2) -> NoReturn:
     printed as written: brackets in it (a user's value, ``[p_min^2, 1]``) are not markup."""
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM (``kill``, ``timeout``, a batch scheduler's stop) ends the command
+    as Ctrl-C does: a ``KeyboardInterrupt``, so a run closes its MLflow run ``KILLED`` and keeps
+    its measured rounds instead of staying ``RUNNING`` forever. The handler before is restored
+    on the way out; outside the main thread (no handler allowed) nothing changes."""
+    import signal
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        before = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 @contextmanager

@@ -12,7 +12,7 @@ import typer
 from flcore.errors import FedSweepError
 from sweeps.cli._app import app
 from sweeps.cli.inputs import JsonFlag, SetOption, config_or_fail
-from sweeps.cli.output import deliver, fail
+from sweeps.cli.output import deliver, fail, sigterm_as_interrupt
 from sweeps.cli.render import print_attack, print_summary
 
 __all__ = ["attack", "list_", "run"]
@@ -39,7 +39,10 @@ def run(
 
     from sweeps.experiment import run_experiment
 
-    deliver(as_json, lambda: run_experiment(cfg, progress=True, resume_from=resume), print_summary)
+    with sigterm_as_interrupt():
+        deliver(
+            as_json, lambda: run_experiment(cfg, progress=True, resume_from=resume), print_summary
+        )
 
 
 @app.command()
@@ -81,7 +84,8 @@ def attack(
             tags={"fedsweep.kind": "attack"},
         )
 
-    deliver(as_json, lambda: attack_summary(go(), cfg), print_attack)
+    with sigterm_as_interrupt():
+        deliver(as_json, lambda: attack_summary(go(), cfg), print_attack)
 
 
 @app.command("list")

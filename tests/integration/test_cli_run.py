@@ -186,3 +186,49 @@ def test_hyperfl_run_logs_its_client_embeddings(tiny_config: dict, tmp_path: Pat
     assert emb.shape == (tiny_config["num_clients"], 8)
     png = client.download_artifacts(doc["run_id"], "client_embeddings.png", str(tmp_path))
     assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sigterm_ends_a_run_killed_with_its_measured_rounds(
+    tiny_config: dict, tmp_path: Path
+) -> None:
+    """`kill` (SIGTERM) ends `fedsweep run` as Ctrl-C does: the MLflow run is closed KILLED,
+    not left RUNNING, and the rounds measured so far are kept."""
+    import signal
+    import subprocess
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    from tests.integration.sweep_helpers import FEDSWEEP, env
+
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_config | {"rounds": 500}))
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    proc = subprocess.Popen(
+        [FEDSWEEP, "run", str(cfg)],
+        cwd=tmp_path,
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        run_id = None
+        while time.monotonic() < deadline and proc.poll() is None and run_id is None:
+            time.sleep(1)
+            exp = (tmp_path / "mlflow.db").exists() and client.get_experiment_by_name("tests")
+            for r in client.search_runs([exp.experiment_id]) if exp else []:
+                if len(client.get_metric_history(r.info.run_id, "accuracy")) >= 2:
+                    run_id = r.info.run_id
+        assert run_id is not None and proc.poll() is None, "the run did not get going"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, err
+    run = client.get_run(run_id)
+    assert run.info.status == "KILLED", err
+    rows = pd.read_parquet(Path(tiny_config["output_dir"]) / run_id / "metrics.parquet")
+    assert len(rows) >= 2 and list(rows["round"]) == list(range(1, len(rows) + 1))
