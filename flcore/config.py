@@ -825,6 +825,8 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dic
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping, with errors that name the file."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError("", f"{p} is a folder, not a config file")
     if not p.is_file():
         raise ConfigError("", f"config file not found: {p}")
     try:

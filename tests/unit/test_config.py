@@ -107,6 +107,8 @@ def test_override_parsing_errors() -> None:
 def test_missing_and_malformed_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "absent.yaml")
+    with pytest.raises(ConfigError, match="is a folder, not a config file"):
+        load_config(tmp_path)
     empty = tmp_path / "empty.yaml"
     for text in ("", "# nothing but a comment\n"):  # not "every default": a full run
         empty.write_text(text)
