@@ -88,6 +88,19 @@ def cli(
     )
 
 
+def start_cli(args: list[str], cwd: Path, **extra: str) -> subprocess.Popen[str]:
+    """The console script started in the background from ``cwd`` (stdout and stderr piped, as
+    text): for tests that signal or watch a command while it runs."""
+    return subprocess.Popen(
+        [FEDSWEEP, *args],
+        cwd=cwd,
+        env=env(**extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 class InProcess:
     """What :func:`cli_in_process` returns: the fields of a ``CompletedProcess`` tests read."""
 

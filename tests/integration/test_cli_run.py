@@ -194,24 +194,16 @@ def test_sigterm_ends_a_run_killed_with_its_measured_rounds(
     """`kill` (SIGTERM) ends `fedsweep run` as Ctrl-C does: the MLflow run is closed KILLED,
     not left RUNNING, and the rounds measured so far are kept."""
     import signal
-    import subprocess
     import time
 
     from mlflow.tracking import MlflowClient
 
-    from tests.integration.sweep_helpers import FEDSWEEP, env
+    from tests.integration.sweep_helpers import start_cli
 
     cfg = tmp_path / "exp.yaml"
     cfg.write_text(yaml.safe_dump(tiny_config | {"rounds": 500}))
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    proc = subprocess.Popen(
-        [FEDSWEEP, "run", str(cfg)],
-        cwd=tmp_path,
-        env=env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli(["run", str(cfg)], tmp_path)
     try:
         deadline = time.monotonic() + 240
         run_id = None

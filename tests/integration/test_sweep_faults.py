@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -14,11 +13,10 @@ import psutil
 import pytest
 
 from tests.integration.sweep_helpers import (
-    FEDSWEEP,
     child_runs,
     cli,
     client,
-    env,
+    start_cli,
     study_states,
     tiny_spec,
     write_spec,
@@ -155,14 +153,7 @@ def test_resume_after_driver_sigint_ends_every_trial_exactly_once(
     )
     spec["base"]["rounds"] = 3
     path = write_spec(tmp_path, spec)
-    proc = subprocess.Popen(
-        [FEDSWEEP, "sweep", str(path)],
-        cwd=tmp_path,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli(["sweep", str(path)], tmp_path)
     try:
         _wait_for(lambda: _bound_trials(tmp_path) >= 2, 300, "the second trial to start")
         proc.send_signal(signal.SIGINT)
@@ -209,14 +200,7 @@ def test_trial_worker_sigkill_is_retried_from_its_checkpoint(
     # checkpoint.every auto, due after every step: the trainable asks Tune for each save
     spec["checkpoint"] = {"every": "auto", "min_seconds": 0.001}
     path = write_spec(tmp_path, spec)
-    proc = subprocess.Popen(
-        [FEDSWEEP, "sweep", str(path), "--json"],
-        cwd=tmp_path,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli(["sweep", str(path), "--json"], tmp_path)
     try:
         tune_dir = tmp_path / "sweeps_out" / "t"
         _wait_for(
