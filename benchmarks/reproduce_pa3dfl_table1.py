@@ -354,6 +354,14 @@ def _run_ended(summary: dict[str, Any], rounds: int) -> bool:
     )
 
 
+def _ours(run: dict[str, Any], curve: list[dict[str, Any]]) -> float | None:
+    """A run's figure (a fraction, :data:`OURS_METRIC`): its logged curve rescored by the
+    window rule (:func:`rescore`), else its summary's value; None if it has neither."""
+    method = run["method"]
+    scored = rescore(curve, method) if curve else None
+    return scored[0] if scored is not None else run["summary"].get(OURS_METRIC[method])
+
+
 def summary_table(runs: list[dict[str, Any]]) -> str:
     """Markdown: one row per (method, setting, label, rounds), means over its ended seeds;
     seeds still under way are named beside them with their progress (a mean that took a
@@ -380,12 +388,7 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
         ended = [g for g in group if _run_ended(g["summary"], rounds)]
         under_way = [g for g in group if not _run_ended(g["summary"], rounds)]
         shown = ended or group
-        scored = [(g, rescore(curves[id(g)], method) if curves[id(g)] else None) for g in shown]
-        ours = [
-            100 * (r[0] if r is not None else s[metric])
-            for g, r in scored
-            if r is not None or (s := g["summary"]).get(metric) is not None
-        ]
+        ours = [100 * v for g in shown if (v := _ours(g, curves[id(g)])) is not None]
         worst = [
             100 * s[f"{metric}_worst_width"]
             for g in shown
@@ -513,6 +516,18 @@ def _per_client(run: dict[str, Any]) -> dict[int, tuple[float | None, float]] | 
     return {int(r["client"]): (r.get("width"), float(r[metric])) for r in rows if metric in r}
 
 
+def _client_diffs(
+    rows_a: dict[int, tuple[float | None, float]], rows_b: dict[int, tuple[float | None, float]]
+) -> list[float] | None:
+    """Per client both runs measured, ``a`` minus ``b`` in points (to 1e-3 points: a record's 6
+    digits and a folder's full floats tie alike); None when they share no client or a client's
+    width differs between them (:func:`_per_client` rows)."""
+    clients = sorted(rows_a.keys() & rows_b.keys())
+    if not clients or any(rows_a[c][0] != rows_b[c][0] for c in clients):
+        return None
+    return [round(100 * (rows_a[c][1] - rows_b[c][1]), 3) for c in clients]
+
+
 def paired_table(runs: list[dict[str, Any]], anchor: str = PAIRED_ANCHOR) -> str:
     """Markdown: ``anchor``'s deployed model against each other method's, client by client.
 
@@ -542,11 +557,9 @@ def paired_table(runs: list[dict[str, Any]], anchor: str = PAIRED_ANCHOR) -> str
             key=lambda br: (order[br[0]["method"]], br[0]["label"], br[0]["rounds"]),
         )
         for b, rows_b in others:
-            clients = sorted(rows_a.keys() & rows_b.keys())
-            if not clients or any(rows_a[c][0] != rows_b[c][0] for c in clients):
+            diffs = _client_diffs(rows_a, rows_b)
+            if diffs is None:
                 continue
-            # to 1e-3 points: a record's 6 digits and a folder's full floats tie alike
-            diffs = [round(100 * (rows_a[c][1] - rows_b[c][1]), 3) for c in clients]
             ahead = sum(d > 0 for d in diffs)
             behind = sum(d < 0 for d in diffs)
             sign = binomtest(ahead, ahead + behind).pvalue if ahead + behind else math.nan
@@ -554,8 +567,8 @@ def paired_table(runs: list[dict[str, Any]], anchor: str = PAIRED_ANCHOR) -> str
             name = f"{b['method']} ({b['label']})" if b["label"] else b["method"]
             lines.append(
                 f"| {a['setting']} | {a['seed']} | {anchor} (r{a['rounds']}) "
-                f"| {name} (r{b['rounds']}) | {len(clients)} | {statistics.fmean(diffs):+.2f} "
-                f"| {ahead} / {len(clients) - ahead - behind} / {behind} "
+                f"| {name} (r{b['rounds']}) | {len(diffs)} | {statistics.fmean(diffs):+.2f} "
+                f"| {ahead} / {len(diffs) - ahead - behind} / {behind} "
                 f"| {sign:.3g} | {ranks:.3g} |"
             )
     if not lines:
@@ -589,9 +602,7 @@ def _seed_values(runs: list[dict[str, Any]], method: str, setting: str) -> dict[
             continue
         if not _run_ended(r["summary"], 500) or r["summary"].get("diverged_round") is not None:
             continue
-        curve = read_curve(r) if _has_curve(r) else []
-        scored = rescore(curve, method) if curve else None
-        value = scored[0] if scored is not None else r["summary"].get(OURS_METRIC[method])
+        value = _ours(r, read_curve(r) if _has_curve(r) else [])
         if value is not None:
             out[int(r["seed"])] = 100 * float(value)
     return out
@@ -611,10 +622,9 @@ def _paired_by_seed(runs: list[dict[str, Any]], a: str, b: str, setting: str) ->
         x, y = rows.get((a, seed)), rows.get((b, seed))
         if x is None or y is None:
             continue
-        clients = sorted(x.keys() & y.keys())
-        if clients and all(x[c][0] == y[c][0] for c in clients):
-            diff = statistics.fmean(100 * (x[c][1] - y[c][1]) for c in clients)
-            out.append(f"s{seed} {diff:+.2f}")
+        diffs = _client_diffs(x, y)
+        if diffs is not None:
+            out.append(f"s{seed} {statistics.fmean(diffs):+.2f}")
     return out
 
 
