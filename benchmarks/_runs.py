@@ -54,10 +54,12 @@ __all__ = [
     "resume_run",
     "run_cases",
     "add_to_record",
+    "ended_or_all",
     "run_ended",
     "runs_dir",
     "save_figure",
     "scan_runs",
+    "under_way_note",
     "truncate_log",
     "write_record",
     "add_all_clients_to_record",
@@ -159,7 +161,8 @@ def resume_run(
     if not ckpt.is_file():  # a run starts (again): the code it starts on
         from _machine import code_version
 
-        (run_dir / CODE).write_text(json.dumps({"started": code_version()}))
+        # and the rounds it is to do: a --summary tells a paused run from an ended one by them
+        (run_dir / CODE).write_text(json.dumps({"started": code_version(), "rounds": cfg.rounds}))
     start = time.perf_counter()
     until = min(engine.rounds, until_round or engine.rounds)
     marker = run_dir / "diverged.json"
@@ -705,20 +708,25 @@ def scan_runs(
     records: Path | None = None,
     *,
     under_way: bool = False,
+    length: int | None = None,
 ) -> list[dict[str, Any]]:
     """Every run under ``out`` whose name matches ``pattern`` (a compiled regex with groups
     ``setting``, ``name`` and ``seed``, and any others) and that holds a ``summary.json``, and
     every record ``<run>.json`` under ``records`` whose run has no such folder in ``out``: the
     groups (``seed`` as an int), ``method`` (the longest of ``methods`` the name starts with),
-    ``label`` (the rest of the name), ``summary``, and ``folder`` (``None`` for a record) or
-    ``record`` (the record's JSON). ``under_way``: also the folders with a ``metrics.jsonl``
-    and no summary yet (a first chunk still running), their summary ``{}``."""
+    ``label`` (the rest of the name), ``summary``, ``folder`` (``None`` for a record) or
+    ``record`` (the record's JSON), and ``ended`` (:func:`_folder_ended`; a record's run has
+    ended). ``under_way``: also the folders with a ``metrics.jsonl`` and no summary yet (a first
+    chunk still running), their summary ``{}``. ``length``: the rounds of a folder that does not
+    say how many it is to do (one started before its :data:`CODE` said)."""
     found: dict[str, tuple[dict[str, Any], Path | None, dict[str, Any] | None]] = {}
+    recorded: set[str] = set()
     for file in sorted(records.glob("*.json")) if records is not None and records.is_dir() else []:
         if pattern.match(file.stem) is None:
             continue  # not a run's record
         doc = json.loads(file.read_text())
         found[file.stem] = (doc["summary"], None, doc)
+        recorded.add(file.stem)
     for folder in sorted(out.iterdir()) if out.is_dir() else []:
         summary_file = folder / "summary.json"
         if summary_file.is_file():
@@ -745,6 +753,39 @@ def scan_runs(
                 "summary": summary,
                 "folder": folder,
                 "record": record,
+                "ended": run_name in recorded
+                or folder is None
+                or _folder_ended(summary, folder, length),
             }
         )
     return runs
+
+
+def _folder_ended(summary: dict[str, Any], folder: Path, length: int | None) -> bool:
+    """Whether the run in ``folder`` (its ``summary.json`` ``summary``) has ended: its early
+    stop, its divergence, or all the rounds its :data:`CODE` says it is to do (``length`` where
+    it does not say; unknown: under way). A paused run's summary is that of its rounds so far."""
+    if summary.get("early_stopped") == 1.0 or summary.get("diverged_round") is not None:
+        return True
+    code = folder / CODE
+    planned = json.loads(code.read_text()).get("rounds") if code.is_file() else None
+    planned = planned if planned is not None else length
+    return planned is not None and int(summary.get("rounds") or 0) >= int(planned)
+
+
+def ended_or_all(group: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A summary row's runs (:func:`scan_runs`' ``ended``): its ended ones, or all of them while
+    none has ended (a row of runs so far); and the runs under way to name beside them."""
+    ended = [r for r in group if r["ended"]]
+    return (ended, [r for r in group if not r["ended"]]) if ended else (group, [])
+
+
+def under_way_note(runs: list[dict[str, Any]], key: str = "accuracy") -> str:
+    """``; under way: seed S at round R (A so far)``, for the runs of :func:`ended_or_all` that
+    are under way beside a row's ended ones (``key``'s figure in %; nothing if none)."""
+    parts = []
+    for r in sorted(runs, key=lambda r: r["seed"]):
+        s = r["summary"]
+        figure = f" ({100 * float(s[key]):.2f} so far)" if s.get(key) is not None else ""
+        parts.append(f"seed {r['seed']} at round {int(s.get('rounds') or 0)}{figure}")
+    return f"; under way: {', '.join(parts)}" if parts else ""

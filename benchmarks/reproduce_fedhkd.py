@@ -47,6 +47,7 @@ from _runs import (  # noqa: E402
     add_run_options,
     claim_line,
     compare,
+    ended_or_all,
     epsilon_cell,
     record_file,
     records_dir,
@@ -54,6 +55,7 @@ from _runs import (  # noqa: E402
     run_ended,
     scan_runs,
     seed_cell,
+    under_way_note,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -148,7 +150,8 @@ def run_one(
 def read_runs(out: Path, records: Path | None = None) -> list[dict[str, Any]]:
     """Every ended or stopped run folder under ``out`` with a ``summary.json``, and every
     record under ``records`` of a run with no such folder."""
-    return [r for r in scan_runs(out, _RUN, METHODS, records) if r["setting"] in SETTINGS]
+    runs = scan_runs(out, _RUN, METHODS, records, length=ROUNDS)
+    return [r for r in runs if r["setting"] in SETTINGS]
 
 
 def _group(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, list[float]]]:
@@ -168,9 +171,16 @@ def _group(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, l
 
 
 def summary_table(runs: list[dict[str, Any]]) -> str:
-    """Markdown: one row per (setting, method, label), means ± std over seeds, and the runs'
-    epsilon (:func:`epsilon_cell`; at the config's delta)."""
-    groups = _group(runs)
+    """Markdown: one row per (setting, method, label), means ± std over its ended seeds, and
+    their epsilon (:func:`epsilon_cell`; at the config's delta); a seed under way is named
+    beside them with its figures so far (a row of runs none of which has ended shows them)."""
+    by_row: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        by_row.setdefault((r["setting"], r["method"], r["label"]), []).append(r)
+    groups, paused = {}, {}
+    for key, row in by_row.items():
+        shown, paused[key] = ended_or_all(row)
+        groups |= _group(shown)
     lines = [
         "| setting | method | seeds | rounds | local accuracy | global accuracy | epsilon |",
         "|---|---|---|---|---|---|---|",
@@ -182,9 +192,11 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
     ):
         name = f"{method} ({label})" if label else method
         rounds = ", ".join(str(int(r)) for r in sorted(set(cell["rounds"])))
+        under_way = paused[(setting, method, label)]
+        seeds = f"{len(cell['rounds'])}" + (f" (+{len(under_way)} under way)" if under_way else "")
         lines.append(
-            f"| {setting} | {name} | {len(cell['rounds'])} | {rounds} "
-            f"| {seed_cell(cell.get('accuracy', []))} "
+            f"| {setting} | {name} | {seeds} | {rounds} "
+            f"| {seed_cell(cell.get('accuracy', []))}{under_way_note(under_way)} "
             f"| {seed_cell(cell.get('global_accuracy', []))} "
             f"| {epsilon_cell(cell.get('epsilon', []))} |"
         )

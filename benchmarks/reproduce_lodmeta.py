@@ -65,6 +65,7 @@ from _runs import (  # noqa: E402
     add_run_options,
     claim_line,
     compare,
+    ended_or_all,
     epsilon_cell,
     read_curve,
     record_file,
@@ -74,6 +75,7 @@ from _runs import (  # noqa: E402
     save_figure,
     scan_runs,
     seed_cell,
+    under_way_note,
 )
 
 from flcore.config import PERTURBATION_CLIP  # noqa: E402
@@ -214,7 +216,8 @@ def reference(setting: str, seed: int, args: argparse.Namespace) -> dict[str, An
 def read_runs(out: Path, records: Path | None = None) -> list[dict[str, Any]]:
     """Every run folder under ``out`` with a ``summary.json``, and every record under
     ``records`` of a run with no such folder: each with its accuracy curve."""
-    return [r | {"curve": _curve(r)} for r in scan_runs(out, _RUN, METHODS, records)]
+    found = scan_runs(out, _RUN, METHODS, records, length=STEPS)
+    return [r | {"curve": _curve(r)} for r in found]
 
 
 def reference_file(records: Path, setting: str, seed: int, label: str) -> Path:
@@ -252,15 +255,23 @@ def _group(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, l
 
 
 def summary_table(runs: list[dict[str, Any]], references: References | None = None) -> str:
-    """Markdown: one row per (setting, method, label), means ± std over seeds; and a row per
-    setting (and label) for the untrained network adapted the same way (``--reference``)."""
+    """Markdown: one row per (setting, method, label), means ± std over its ended seeds (a seed
+    under way named beside them with its figures so far; a row of runs none of which has ended
+    shows them); and a row per setting (and label) for the untrained network adapted the same
+    way (``--reference``)."""
     lines = [
         "| setting | method | seeds | steps | accuracy | unseen accuracy | comm units | epsilon "
         "| epsilon_accountant | epsilon_paper |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     order = {m: i for i, m in enumerate(METHODS)}
-    groups = _group(runs)
+    by_row: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        by_row.setdefault((r["setting"], r["method"], r["label"]), []).append(r)
+    groups, paused = {}, {}
+    for key, row in by_row.items():
+        shown, paused[key] = ended_or_all(row)
+        groups |= _group(shown)
     for (setting, method, label), cell in sorted(
         groups.items(), key=lambda kv: (list(SETTINGS).index(kv[0][0]), order[kv[0][1]], kv[0][2])
     ):
@@ -273,9 +284,12 @@ def summary_table(runs: list[dict[str, Any]], references: References | None = No
 
         name = f"{method} ({label})" if label else method
         steps = ", ".join(str(int(r)) for r in sorted(set(cell.get("rounds", []))))
+        under_way = paused[(setting, method, label)]
+        seeds = f"{len(cell.get('rounds', []))}"
+        seeds += f" (+{len(under_way)} under way)" if under_way else ""
         lines.append(
-            f"| {setting} | {name} | {len(cell.get('rounds', []))} | {steps} "
-            f"| {seed_cell(cell.get('accuracy', []))} "
+            f"| {setting} | {name} | {seeds} | {steps} "
+            f"| {seed_cell(cell.get('accuracy', []))}{under_way_note(under_way)} "
             f"| {seed_cell(cell.get('unseen_accuracy', []))} "
             f"| {first('comm_units')} | {weakest('epsilon')} | {weakest('epsilon_accountant')} "
             f"| {weakest('epsilon_paper')} |"

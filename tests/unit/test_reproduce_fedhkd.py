@@ -65,6 +65,7 @@ def test_a_tiny_run_stops_resumes_ends_and_summarises(data_root: Path, tmp_path:
     assert hkd["bytes_up_per_client_round"] > second[0]["bytes_up_per_client_round"]
     rows = [json.loads(line)["round"] for line in (out / first[1]["run"] / "metrics.jsonl").open()]
     assert rows == [1, 2]
+    assert json.loads((out / first[1]["run"] / "code.json").read_text())["rounds"] == 2
     # labelled variants are shown in the table, and claims they do not cover stay unmeasured;
     # the summary was read from the two runs' records alone (its OUT holds no run)
     assert "fedhkd (tiny)" in result["summary"] and "not measured" in result["summary"]
@@ -96,13 +97,42 @@ def test_the_table_reports_each_rows_weakest_epsilon() -> None:
     def run(method: str, seed: int, epsilon: float | str | None) -> dict:
         summary = {"rounds": 50, "accuracy": 0.5, "global_accuracy": 0.4, "epsilon": epsilon}
         return {"setting": "n10-b0.5", "method": method, "label": "", "seed": seed,
-                "summary": summary}  # fmt: skip
+                "summary": summary, "ended": True}  # fmt: skip
 
     rows = table([run("fedhkd_dp", 0, 7.99), run("fedhkd_dp", 1, 8.01), run("fedhkd", 0, "inf")])
     split = [line.split("|") for line in rows.splitlines()[2:]]
     cells = {parts[2].strip(): parts[7].strip() for parts in split}
     assert cells == {"fedhkd_dp": "8.01", "fedhkd": "inf"}  # the larger of the two seeds
     assert table([run("fedavg", 0, None)]).splitlines()[2].rstrip("|").endswith("| - ")
+
+
+def test_the_table_averages_ended_seeds_and_names_a_paused_one_beside_them(
+    tmp_path: Path,
+) -> None:
+    import runpy
+
+    mod = runpy.run_path(str(SCRIPT), run_name="reproduce")
+
+    def folder(name: str, rounds: int, accuracy: float, planned: int | None = 50) -> None:
+        run = tmp_path / name
+        run.mkdir()
+        summary = {"rounds": rounds, "accuracy": accuracy, "global_accuracy": accuracy}
+        (run / "summary.json").write_text(json.dumps(summary))
+        if planned is not None:  # resume_run's code.json: the rounds the run is to do
+            (run / "code.json").write_text(json.dumps({"started": {}, "rounds": planned}))
+
+    folder("n10-b0.5-fedavg-s0", 50, 0.80)
+    folder("n10-b0.5-fedavg-s1", 50, 0.82)
+    folder("n10-b0.5-fedavg-s2", 23, 0.40)  # paused at round 23 of 50
+    folder("n10-b0.5-fedprox-s0", 20, 0.50, planned=None)  # older folder: the config's 50
+    folder("n10-b0.5-fedhkd-short-s0", 10, 0.70, planned=10)  # a 10-round variant, ended
+    runs = mod["read_runs"](tmp_path)
+    assert [r["ended"] for r in runs] == [True, True, False, True, False]
+    rows = {line.split("|")[2].strip(): line for line in mod["summary_table"](runs).splitlines()}
+    assert rows["fedavg"].startswith("| n10-b0.5 | fedavg | 2 (+1 under way) | 50 | 81.00 ± 1.41;")
+    assert "under way: seed 2 at round 23 (40.00 so far)" in rows["fedavg"]
+    assert rows["fedprox"].startswith("| n10-b0.5 | fedprox | 1 | 20 | 50.00 |")  # none ended
+    assert rows["fedhkd (short)"].startswith("| n10-b0.5 | fedhkd (short) | 1 | 10 | 70.00 |")
 
 
 def test_claims_count_only_ended_runs_and_pair_the_gain_by_seed() -> None:

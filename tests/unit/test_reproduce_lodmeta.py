@@ -236,12 +236,25 @@ def test_the_table_reports_each_rows_weakest_epsilon() -> None:
     def run(seed: int, epsilon: float | str) -> dict:
         summary = {"rounds": 10, "accuracy": 0.5, "epsilon": epsilon, "epsilon_accountant": 3.0}
         return {"setting": "regular-5shot", "method": "lodmeta", "label": "", "seed": seed,
-                "summary": summary, "curve": []}  # fmt: skip
+                "summary": summary, "curve": [], "ended": True}  # fmt: skip
 
     row = table([run(0, 1.5), run(1, 2.5)]).splitlines()[2].split("|")
     assert [c.strip() for c in row[8:11]] == ["2.5", "3", "-"]  # the larger seed's epsilon
     row = table([run(0, 1.5), run(1, "inf")]).splitlines()[2].split("|")
     assert row[8].strip() == "inf"
+
+
+def test_the_table_averages_ended_seeds_and_names_a_paused_one_beside_them(
+    tmp_path: Path,
+) -> None:
+    mod = _mod()
+    _write_run(tmp_path, "regular-5shot-lodmeta-s0", [(2000, 0.60, 0.70)])
+    _write_run(tmp_path, "regular-5shot-lodmeta-s1", [(500, 0.30, 0.40)], steps=500)  # paused
+    runs = mod["read_runs"](tmp_path)
+    assert [r["ended"] for r in runs] == [True, False]
+    row = mod["summary_table"](runs).splitlines()[2]
+    assert row.startswith("| regular-5shot | lodmeta | 1 (+1 under way) | 2000 | 60.00; ")
+    assert "under way: seed 1 at round 500 (30.00 so far)" in row
 
 
 def test_a_full_length_run_is_the_configs_length() -> None:
