@@ -24,10 +24,14 @@ Each layer but the head is decomposed as theta = Reshape(U V) (Eqs. 4-5, flcore.
   lambda sum_conv ||S - diag(S)||^2`` with ``S = U^T U`` (Eq. 32), x' the recovered width-p
   network's representation (Sec. 3.3; Algorithm 3 line 9 prints the global head on the detached
   features, a slip: the global head is frozen, and the local head is the one Sec. 3.3 trains on
-  them). Algorithm 3 line 11 multiplies Eq. 32, which already holds lambda, by
-  lambda again; lambda is applied once here. The global head is fixed at its seeded initial value
-  and never trained, following the paper's [22], FedBABU (Oh, Kim & Yun, ICLR 2022), whose head is
-  randomly initialised and frozen; at width p a head reads the first ``p T`` features;
+  them). Algorithm 3 line 11 multiplies Eq. 32, which already holds lambda, by lambda again;
+  lambda is applied once here. Eq. 32's ``theta_w`` is read as the whole layer's U (``R1 k^2 x
+  R2``), as printed; Appendix C.3's remark that for a linear layer (k = 1) the columns'
+  orthogonality "is meaningless" fits the ``k^2 x R2`` block ``u_i`` better, so a per-block
+  term is the other reading (lambda is 0.01 / 0.001, a small term either way). The global head
+  is fixed at its seeded initial value and never trained, following the paper's [22], FedBABU
+  (Oh, Kim & Yun, ICLR 2022), whose head is randomly initialised and frozen; at width p a head
+  reads the first ``p T`` features;
 - model selection (Algorithm 1) on the client's validation records: M0 = the received model with
   the global head, M1 = the trained model with the local head, both recovered to plain width-p
   networks (Appendix C.2: "recover ... first and then fuse"); ``g(alpha) = val_acc(M0 + alpha (M1 -
@@ -35,8 +39,11 @@ Each layer but the head is decomposed as theta = Reshape(U V) (Eqs. 4-5, flcore.
   by default the largest alpha, the one closest to the trained model; the paper does not say,
   and on 60 validation records ties are common: ``smallest``, argmax's first, moved the
   all-client figure up by 0.6-1.1 points on three runs, BENCHMARKS.md session 52, where the
-  search also proved to overfit its records); each evaluation round logs the evaluated clients'
-  mean alpha as ``selected_alpha`` (the all-client evaluation keeps each client's). The paper
+  search also proved to overfit its records; of Algorithm 1 the paper's text as we have it
+  keeps its inputs, "the maximum number of iterations n" among them, and its first line, with
+  no value for n: the evenly spaced grid and its ``n_alpha`` 11 are ours); each evaluation
+  round logs the evaluated clients' mean alpha as ``selected_alpha`` (the all-client
+  evaluation keeps each client's). The paper
   prints ``M0 + alpha (M0 - M1)``, which for alpha in [0, 1] moves away from the trained model
   and never reaches it, contradicting its text ("fuse the received model ... and the locally
   trained one"); we read it as a sign slip.
@@ -49,12 +56,12 @@ Each layer but the head is decomposed as theta = Reshape(U V) (Eqs. 4-5, flcore.
 
 Choices where the paper is silent, and deviations:
 
-- The protocol of the Table 1 configs (sweeps/configs/pa3dfl/): the paper states neither the
-  clients' fraction per round nor how each client's records split, so the configs take FLGo's
-  default fraction, 0.2, and split each client's 600 records 0.8 / 0.1 / 0.1 into train,
-  validation (Algorithm 1's selection and early stopping) and test (``client_split``), with
-  plain SGD (FLGo's default). Table 7's hypernetwork tuple is read as ``(lambda, hn_lr,
-  [embed_dim, hidden_dim, encoder_depth])``: the table does not name the bracket's fields.
+- The protocol of the Table 1 configs (sweeps/configs/pa3dfl/): each client's 600 records split
+  0.8 / 0.1 / 0.1 into train, validation (Algorithm 1's selection and early stopping) and test
+  (``client_split``), as Section 6.1 states; the paper does not state the clients' fraction per
+  round, so the configs take FLGo's default, 0.2, with plain SGD (FLGo's default). Table 7's
+  hypernetwork tuple is read as ``(lambda, hn_lr, [embed_dim, hidden_dim, encoder_depth])``:
+  the table does not name the bracket's fields.
 - p_min of Eq. 5 (``R1 = T p_min``): Algorithm 2 line 2 sets it to the narrowest client's
   width, min_i p_i, and Eq. 5 needs every ``T p_i`` to be a multiple of R1. Our widths are
   multiples of the width rule's step (``capacity.p_min``, 1/16; issue 24's one width rule), and
@@ -69,7 +76,13 @@ Choices where the paper is silent, and deviations:
   client 20; BENCHMARKS.md, session 33). ``step_scale_max: 1`` caps that multiplier (no factor
   steps faster than lr; the J = 16 convs' 1.08 becomes 1, the linear layers' stay); with it
   ``clients`` trains in Ideal (session 34, BENCHMARKS.md). Default None: uncapped, so the
-  Table 1 runs of earlier sessions keep their step.
+  Table 1 runs of earlier sessions keep their step. What ``grid`` changes beyond the step: in
+  Ideal the paper's R1 = T makes U (averaged, shared) nearly all of each conv's filters, conv1
+  20,000 values and conv2 51,200 against V's 25 and 1,024 (U 350K values over the model, 20%
+  of it), where ``grid``'s U holds 1,250 and 3,200 and V 400 and 16,384 (U 5.5K values, 0.3%
+  of the model): under ``grid`` almost every weight is personal, made by the hypernetwork,
+  where the paper shares the convolutions by plain averaging. Under Hetero the paper's p_min
+  (1/8 at seed 0) leaves U 13K values. The labelled run ``clients-cap1`` (queued) measures it.
 - Biases are personal: the layer's decoder generates them with V, pruned with their channels.
 - The hypernetwork: embeddings ``N x embed_dim`` drawn N(0, 1); the encoder is ``encoder_depth``
   linear layers ``embed_dim -> hidden_dim -> ... -> hidden_dim`` with ReLU between them (none after
@@ -120,7 +133,14 @@ Choices where the paper is silent, and deviations:
   eigenvalue of the whole step is then at most ``1 + 2 kappa`` at the start (measured 1.21-1.25
   at Table 7's Hetero HN), under the 2 above which a repeated step diverges. The authors' code is
   not available, so how their decoders make Table 7's ``hn_lr`` 1.0 stable is not known; no
-  momentum, weight decay or clipping on the server.
+  momentum, weight decay or clipping on the server. The configs keep Table 7's ``hn_lr``
+  values (Hetero 1.0, Ideal 0.1) as the balanced step's, so they do not mean what they mean
+  under Eq. 8's plain step: Ideal's 0.1 moves the generated tensors by a tenth of the mean
+  returned delta a round, where the plain step at 0.1 would move them by 0.1 times ``J J^T``'s
+  eigenvalues (up to 1.3-1.8 times the delta at Hetero's HN). Ideal's V, nearly the whole
+  model under ``grid`` (above), learns slowly for it: 1.0 averaged 84.93 over rounds 11-20
+  against 0.1's 78.32 (BENCHMARKS.md, session 50; the labelled runs ``hnlr1`` and ``hnplain``,
+  queued, measure the whole run).
 - ``max_grad_norm`` (default None: Algorithm 3 as printed) clips each local step's gradient
   norm. With the plain HN step, Table 7's FMNIST Hetero runs turned NaN at round 6 (100 and 20
   clients); clipping at 10 only delayed it to round 10 with 100 clients (BENCHMARKS.md). The
