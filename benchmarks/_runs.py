@@ -780,12 +780,13 @@ def ended_or_all(group: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
     return (ended, [r for r in group if not r["ended"]]) if ended else (group, [])
 
 
-def under_way_note(runs: list[dict[str, Any]], key: str = "accuracy") -> str:
+def under_way_note(runs: list[dict[str, Any]], key: str = "accuracy", unit: str = "round") -> str:
     """``; under way: seed S at round R (A so far)``, for the runs of :func:`ended_or_all` that
-    are under way beside a row's ended ones (``key``'s figure in %; nothing if none)."""
+    are under way beside a row's ended ones (``key``'s figure in %, the engine's rounds called
+    ``unit``; nothing if none)."""
     parts = []
     for r in sorted(runs, key=lambda r: r["seed"]):
         s = r["summary"]
         figure = f" ({100 * float(s[key]):.2f} so far)" if s.get(key) is not None else ""
-        parts.append(f"seed {r['seed']} at round {int(s.get('rounds') or 0)}{figure}")
+        parts.append(f"seed {r['seed']} at {unit} {int(s.get('rounds') or 0)}{figure}")
     return f"; under way: {', '.join(parts)}" if parts else ""

@@ -289,7 +289,7 @@ def summary_table(runs: list[dict[str, Any]], references: References | None = No
         seeds += f" (+{len(under_way)} under way)" if under_way else ""
         lines.append(
             f"| {setting} | {name} | {seeds} | {steps} "
-            f"| {seed_cell(cell.get('accuracy', []))}{under_way_note(under_way)} "
+            f"| {seed_cell(cell.get('accuracy', []))}{under_way_note(under_way, unit='step')} "
             f"| {seed_cell(cell.get('unseen_accuracy', []))} "
             f"| {first('comm_units')} | {weakest('epsilon')} | {weakest('epsilon_accountant')} "
             f"| {weakest('epsilon_paper')} |"

@@ -254,7 +254,7 @@ def test_the_table_averages_ended_seeds_and_names_a_paused_one_beside_them(
     assert [r["ended"] for r in runs] == [True, False]
     row = mod["summary_table"](runs).splitlines()[2]
     assert row.startswith("| regular-5shot | lodmeta | 1 (+1 under way) | 2000 | 60.00; ")
-    assert "under way: seed 1 at round 500 (30.00 so far)" in row
+    assert "under way: seed 1 at step 500 (30.00 so far)" in row
 
 
 def test_a_full_length_run_is_the_configs_length() -> None:
