@@ -54,7 +54,7 @@ __all__ = [
     "resume_run",
     "run_cases",
     "add_to_record",
-    "ended_or_all",
+    "ended_rows",
     "run_ended",
     "runs_dir",
     "save_figure",
@@ -773,16 +773,26 @@ def _folder_ended(summary: dict[str, Any], folder: Path, length: int | None) -> 
     return planned is not None and int(summary.get("rounds") or 0) >= int(planned)
 
 
-def ended_or_all(group: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """A summary row's runs (:func:`scan_runs`' ``ended``): its ended ones, or all of them while
-    none has ended (a row of runs so far); and the runs under way to name beside them."""
-    ended = [r for r in group if r["ended"]]
-    return (ended, [r for r in group if not r["ended"]]) if ended else (group, [])
+def ended_rows(runs: list[dict[str, Any]], group: Callable[[list[dict[str, Any]]], Any]) -> Any:
+    """A summary's rows, one per (setting, method, label): ``group`` (a script's grouping) of
+    each row's ended runs (:func:`scan_runs`' ``ended``), or of all its runs while none has
+    ended (a row of runs so far); and each row's runs under way beside its ended ones (to
+    name, :func:`under_way_note`)."""
+    by_row: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        by_row.setdefault((r["setting"], r["method"], r["label"]), []).append(r)
+    shown: list[dict[str, Any]] = []
+    paused: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for key, row in by_row.items():
+        ended = [r for r in row if r["ended"]]
+        shown += ended or row
+        paused[key] = [r for r in row if not r["ended"]] if ended else []
+    return group(shown), paused
 
 
 def under_way_note(runs: list[dict[str, Any]], key: str = "accuracy", unit: str = "round") -> str:
-    """``; under way: seed S at round R (A so far)``, for the runs of :func:`ended_or_all` that
-    are under way beside a row's ended ones (``key``'s figure in %, the engine's rounds called
+    """``; under way: seed S at round R (A so far)``, for the runs of :func:`ended_rows` under
+    way beside a row's ended ones (``key``'s figure in %, the engine's rounds called
     ``unit``; nothing if none)."""
     parts = []
     for r in sorted(runs, key=lambda r: r["seed"]):

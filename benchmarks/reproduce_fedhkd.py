@@ -47,7 +47,7 @@ from _runs import (  # noqa: E402
     add_run_options,
     claim_line,
     compare,
-    ended_or_all,
+    ended_rows,
     epsilon_cell,
     record_file,
     records_dir,
@@ -174,13 +174,7 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
     """Markdown: one row per (setting, method, label), means ± std over its ended seeds, and
     their epsilon (:func:`epsilon_cell`; at the config's delta); a seed under way is named
     beside them with its figures so far (a row of runs none of which has ended shows them)."""
-    by_row: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for r in runs:
-        by_row.setdefault((r["setting"], r["method"], r["label"]), []).append(r)
-    groups, paused = {}, {}
-    for key, row in by_row.items():
-        shown, paused[key] = ended_or_all(row)
-        groups |= _group(shown)
+    groups, paused = ended_rows(runs, _group)
     lines = [
         "| setting | method | seeds | rounds | local accuracy | global accuracy | epsilon |",
         "|---|---|---|---|---|---|---|",

@@ -65,7 +65,7 @@ from _runs import (  # noqa: E402
     add_run_options,
     claim_line,
     compare,
-    ended_or_all,
+    ended_rows,
     epsilon_cell,
     read_curve,
     record_file,
@@ -265,13 +265,7 @@ def summary_table(runs: list[dict[str, Any]], references: References | None = No
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     order = {m: i for i, m in enumerate(METHODS)}
-    by_row: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for r in runs:
-        by_row.setdefault((r["setting"], r["method"], r["label"]), []).append(r)
-    groups, paused = {}, {}
-    for key, row in by_row.items():
-        shown, paused[key] = ended_or_all(row)
-        groups |= _group(shown)
+    groups, paused = ended_rows(runs, _group)
     for (setting, method, label), cell in sorted(
         groups.items(), key=lambda kv: (list(SETTINGS).index(kv[0][0]), order[kv[0][1]], kv[0][2])
     ):
