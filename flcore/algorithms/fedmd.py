@@ -33,10 +33,10 @@ Choices where the papers are silent, and deviations, stated:
 - Round 1 has no consensus: clients train on cross-entropy only (as FedHKD's code), then upload
   their first logits; round t >= 2 digests the consensus of round t-1.
 - The public set is ``public_samples`` training records held by no client (flcore.data.federated;
-  FedHKD: 450, one local train set of 600 x 0.75), the same for every client; FedHKD's code
-  draws 1000 records, with repeats, from the test split (overlapping the global test set): not
-  inherited. Public mini-batches are a seeded shuffled pass over ``D_0``, reshuffled when
-  exhausted, drawn from the client's round generator.
+  FedHKD's configs: one local train set, 450 on FMNIST, 600 x 0.75), the same for every client;
+  FedHKD's code draws 1000 records, with repeats, from the test split (overlapping the global
+  test set): not inherited. Public mini-batches are a seeded shuffled pass over ``D_0``,
+  reshuffled when exhausted, drawn from the client's round generator.
 - No DP mechanism: the logits on the public set are a function of the private records too.
 """
 

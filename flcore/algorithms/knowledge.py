@@ -9,7 +9,8 @@ noise (issue 25: the knowledge inversion at sigma 0, 7 and 20 for both).
 ``epsilon_knowledge`` composes, with the accountant (Opacus RDP, q = 1), the releases of the
 client that released most, at the mechanism's accounted noise multiplier (``sigma``, or
 ``sigma / sqrt(d)`` for ``knowledge_clip: coordinate``), under :data:`RELATION`: one record
-replaced by another of the same class, the per-class counts public (Lemma 1). It covers the
+replaced by another of the same class, the per-class counts public (Lemma 1's sensitivity
+under our relation: the paper's proof of it removes a record). It covers the
 class means only: the model weights (and FedHKD's soft predictions) go out un-noised, so the
 run's own ``epsilon`` stays inf.
 """

@@ -23,11 +23,14 @@ one Gaussian mechanism at noise multiplier ``sigma``, or ``sigma / sqrt(d)`` for
 counts and means are then post-processing of noised sums (counts are the class sums of one-hot
 rows, ``zeta = 1``).
 
-Deviation, stated: like FedHKD's Lemma 1, the neighbouring relation replaces one record by
-another of the same class, so the counts ``N_j`` are treated as public. FedHKD sets sigma with
-the classic formula (:func:`~flcore.privacy.mechanisms.classic_gaussian_multiplier`), valid for
-one release at epsilon < 1; we compose the per-round releases with the accountant instead of
-summing per-round epsilons.
+Deviation, stated: the neighbouring relation replaces one record by another of the same class,
+so the counts ``N_j`` are treated as public. That relation is ours: FedHKD's proof of Lemma 1
+(Appendix A.5) removes one record of the class (add/remove), which changes the count ``N_j``
+that the paper releases in the clear; its sensitivity ``2 zeta / N_j`` holds under ours too.
+FedHKD sets sigma with the classic formula
+(:func:`~flcore.privacy.mechanisms.classic_gaussian_multiplier`), valid for one release at
+epsilon < 1; we compose the per-round releases with the accountant instead of summing
+per-round epsilons.
 """
 
 from __future__ import annotations

@@ -135,10 +135,15 @@ def test_flatten_uses_dots_without_prefix() -> None:
     "path", sorted(p.name for p in (SHIPPED / "fedhkd").glob("*.yaml")) or ["<none>"]
 )
 def test_shipped_fedhkd_configs_are_the_papers_protocol(path: str) -> None:
-    # FedHKD Sec. 5 / Appendix A.2: 10 clients x 600 records split 75/25, Dirichlet, Adam 1e-3
-    # halved every 10 rounds, batch 64, 5 local epochs, 50 rounds, every client every round
+    # FedHKD Sec. 5 / Appendix A.2: 10 clients split 75/25, Dirichlet, Adam 1e-3 halved every
+    # 10 rounds, batch 64, 5 local epochs, 50 rounds, every client every round; Table 1: 10, 20
+    # and 50 clients hold 10%, 20% and 50% of the training set, 1% of it a client
     cfg = load_config(SHIPPED / "fedhkd" / path)
-    assert (cfg.num_clients, cfg.samples_per_client, cfg.partition.name) == (10, 600, "dirichlet")
+    train = {"fmnist": 60_000, "cifar10": 50_000, "cifar100": 50_000, "svhn": 73_257}[cfg.dataset]
+    assert (cfg.num_clients, cfg.partition.name) == (10, "dirichlet")
+    assert cfg.samples_per_client == train // 100
+    if cfg.algorithm == "fedmd":  # the public set: one client's local train set
+        assert cfg.public_samples == int(0.75 * cfg.samples_per_client)
     assert cfg.client_split is not None
     assert (cfg.client_split.train, cfg.client_split.test) == (0.75, 0.25)
     assert (cfg.optimizer.name, cfg.lr, cfg.lr_decay, cfg.lr_decay_every) == ("adam", 1e-3, 0.5, 10)
