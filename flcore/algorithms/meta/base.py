@@ -36,10 +36,14 @@ Params = dict[str, torch.Tensor]
 class MetaParams(AlgorithmParams):
     inner_steps: int = Field(5, ge=1, description="K: SGD steps of the inner loop (paper: 5)")
     inner_lr: float = Field(
-        0.1, gt=0, description="alpha: the inner loop's step size (the paper gives none)"
+        0.1,
+        gt=0,
+        description="alpha: the inner loop's step size (the paper follows MAML and gives none)",
     )
     first_order: bool = Field(
-        False, description="first-order MAML (no differentiation through the inner steps)"
+        False,
+        description="first-order MAML (no differentiation through the inner steps; the paper's "
+        "Sec. 4.1 is second order)",
     )
     eval_steps: int = Field(
         5, ge=1, description="K of the evaluation: SGD steps on the support set (issue: 5)"

@@ -6,7 +6,9 @@ P (Algorithm 2, line 14), and Theorem 4.3's rate depends on ``sigma_2(P)``, P's
 second-largest eigenvalue modulus. Graphs come from networkx:
 
 - ``watts_strogatz``: ``networkx.connected_watts_strogatz_graph(n, k, p, seed=...)`` (redrawn
-  until connected, at most 100 times; the paper gives no k or p: default k 4, p 0.3);
+  until connected, at most 100 times; the paper gives no k or p: default k 4, p 0.3, whose
+  busiest client has 6-8 neighbours at n = 100 (seeds 0-9), where Sec. 5.2 says of its own
+  graphs that "the maximum number of neighbors is 5");
 - ``regular``: ``networkx.random_regular_graph(degree, n, seed=...)`` (``n x degree`` even);
 - ``edges``: a user's edge list, two client ids ``0..n-1`` a line, ``#`` comments.
 

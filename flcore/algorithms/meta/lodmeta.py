@@ -17,9 +17,21 @@ The update (both Adam variants; the paper's, without Adam's bias correction):
 ``w <- w - eta m / sqrt(v + lambda)``; ``eta`` is the config's ``lr`` (paper: 1e-3), theta 0 and
 beta 0.99 (Appendix C, "following MAML").
 
-Choices where the paper is silent, stated: alpha (``inner_lr``) 0.1 on FMNIST's CONV4 (the
-configs; MAML used 0.01 on mini-ImageNet); lambda 1e-8 (inside the square root, as printed);
-the walk starts at a uniformly drawn client; second-order MAML by default (``first_order``).
+The meta-gradient is second-order MAML, as Sec. 4.1 writes it (``G_i(w) = prod_k (I - alpha
+nabla^2 l(u_k(w); support)) nabla l(u_K(w); query)``, Algorithm 2 line 9); ``first_order: true``
+is a deviation, offered for cost.
+
+Choices where the paper is silent or leaves to MAML, stated: alpha (``inner_lr``) 0.1 on FMNIST's
+CONV4 (the configs). Appendix C says its settings "follow MAML" without giving alpha, and MAML's
+is 0.01 on mini-ImageNet (0.4 on Omniglot): 0.1 is ours, for FMNIST. lambda 1e-8 (inside the
+square root, as printed); the walk starts at a uniformly drawn client.
+
+The protocol's noise: Appendix C sets "unless otherwise specified" epsilon 0.5 and delta 0.3 for
+the privacy perturbation, so the paper's Figures 1-4 are noised runs. Our configs run without
+noise (no ``privacy`` mapping): at delta 0.3 a client's 100 records could be released outright
+(a ``weak-delta`` run, epsilon inf, below), and on FMNIST no cell of the paper's (epsilon,
+delta) grid learns anything (BENCHMARKS.md, LoDMeta, Tables 2-3 grid), so Section 5's accuracy
+and communication claims are compared on noise-free runs and the noise is measured apart.
 
 Privacy (``privacy: {mechanism: perturbation, ...}``; flcore.privacy.perturbation):
 
@@ -53,7 +65,13 @@ Privacy (``privacy: {mechanism: perturbation, ...}``; flcore.privacy.perturbatio
   variant at the per-release epsilon of its noise where the theorem is defined (that epsilon
   below 1, delta below 1/2; the theorem covers Algorithm 2 only), and
   under ``paper_exact`` too: it is the paper's claim for the printed algorithm, which is not
-  DP (``epsilon`` and ``epsilon_accountant`` are inf there).
+  DP (``epsilon`` and ``epsilon_accountant`` are inf there). The theorem's premises are not
+  checked: it asks ``eta <= 2 / M_meta`` (M_meta unknown) and its proof (Appendix E.3)
+  amplifies by iteration, which needs noise of fixed scale in parameter space and contracting
+  steps, where the Adam-style update rescales each coordinate's noise by a data-dependent
+  ``1 / sqrt(v + lambda)``: ``epsilon_paper`` is the paper's formula, not a bound we vouch for.
+  ``paper_exact`` sets its noise's std ``2 z M`` from ``privacy.clip`` as M, though it clips
+  nothing.
 - Attacks (``attack:``): the client's walk neighbours see w before and after its step, and
   (m, v) where they travel; :meth:`RandomWalkMeta.attack_surface` simulates that step for
   candidate records (flcore.attacks.surface.MetaStepSurface: the meta-gradient, clipped as the
