@@ -1,8 +1,9 @@
 """Reproduce HyperFL's Table 3 (IG against each method) on Fashion-MNIST, and its tailored
-attack, with the paper's protocol (appendix D.1).
+attack, with the paper's IG settings (appendix D.1). The paper gives no round and no client, and
+scores 50 images at batch 1: the round (51), the client (0) and the 10 records are ours.
 
-For each method and each attacked round R (``--attack-rounds``, default ``--round`` + 1, the
-paper's round 51; round numbers or ``first``, ``middle``, ``last``, resolved against the
+For each method and each attacked round R (``--attack-rounds``, default ``--round`` + 1, round
+51; round numbers or ``first``, ``middle``, ``last``, resolved against the
 method's config's ``rounds``), the 20-client Table 1 run of ``benchmarks/reproduce_table1.py``
 is restored from its round-(R-1) checkpoint (``OUT1/<run>/checkpoint-r<R-1>.pt``, or its
 ``checkpoint.pt`` when that one is at round R-1; round 1 starts from the initial model), and the

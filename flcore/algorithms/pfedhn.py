@@ -11,7 +11,11 @@ for each sampled client i:
    ``grad_phi = (d theta_i / d phi)^T (theta_i - theta~_i)`` (and likewise for ``v_i``).
 
 The hypernetwork and its server optimizer follow the paper's code defaults: embedding size
-``1 + N/4``, an MLP body of 3 hidden layers of 100 units, one linear head per target tensor;
+``1 + N/4``, an MLP body of 3 hidden layers of 100 units, one linear head per target tensor
+(the code's body is ``Linear(embed, 100)`` then ``n_hidden`` = 3 times ``(ReLU, Linear(100,
+100))``, four linear layers and no ReLU before the heads; ours, flcore.models.hypernet, is
+``depth`` = 3 times ``(Linear, ReLU)``: one linear layer fewer and a ReLU before the heads, a
+deviation);
 SGD with lr 1e-2, momentum 0.9, weight decay 1e-3 over ``phi`` and the embeddings; the server's
 gradient and each client's local gradients are clipped to norm 50 (``max_grad_norm``), as the
 paper's code does.

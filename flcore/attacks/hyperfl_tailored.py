@@ -16,7 +16,10 @@ Stage 2, the records (the upper level of Eq. 9). The extractor the client used i
 ``theta = h(v_hat; phi)``. Each generated tensor ``theta_k`` comes out of a linear head
 ``theta_k = W_k a + b_k`` whose bias gradient is ``dL/db_k = dL/dtheta_k``: the update carries
 the extractor's gradient itself (the paper's ``Delta_theta``, which it could not obtain by
-differencing generated weights; one step makes it exact). The records are then recovered by IG
+differencing generated weights; one step makes it exact). Where the paper, without
+``Delta_theta``, solves this stage by model inversion (appendix D.1 cites He et al. 2019, 2020 and
+others), this reads the gradient and matches it: a stronger attack than the paper's Figure 7
+one, so its figures are not the paper's. The records are then recovered by IG
 (cosine matching + TV, Adam, boxed) on that extractor gradient, with the private classifier
 head optimised jointly from its public initial value and the labels given (no classifier bias
 is uploaded, so iDLG has nothing to read).

@@ -3,9 +3,14 @@ section 3.3 and appendix D.1) and its Table 2 baselines.
 
 - ``resnet18_adapter``: torchvision's ResNet-18 with a residual bottleneck adapter (1x1 conv
   down to ``channels / reduction``, ReLU, 1x1 conv up) behind each of its 8 residual blocks
-  ("the adapter is inserted behind each resnet block").
+  ("the adapter is inserted behind each resnet block"; the paper gives no ResNet adapter's
+  form, this one borrows its transformer adapter's; the authors' code has one per stage, BN
+  and a 1x1 conv).
 - ``vit_s16_adapter``: timm's ViT-S/16 with a bottleneck adapter (Linear down to
-  ``adapter_dim``, ReLU, Linear up, residual) behind each of its 12 transformer blocks.
+  ``adapter_dim``, ReLU, Linear up, residual) behind each of its 12 transformer blocks, on the
+  residual stream. Appendix D.1 puts the adapter "within each transformer block" (the authors'
+  code: on the MLP branch, width 24, with a LayerNorm): ours sits after the block, width 64, a
+  deviation.
 
 Each is a :class:`SplitModel`: ``features`` is the backbone with its adapters (parameters whose
 names contain ``adapter``; everything else is frozen), ``head`` a linear classifier. Inputs are
