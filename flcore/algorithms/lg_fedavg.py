@@ -25,7 +25,14 @@ clients that hold it (``n_i``-weighted); an entry no client of the round holds k
 Choices where the paper is silent, stated:
 - Initialisation: the global head is the seeded full-width model's head; client i's
   representation is the seeded width-p_i model's ``features`` (the seed words of the FedAvg
-  family's initial model, so clients of one width start alike).
+  family's initial model, so clients of one width start alike). The authors' code
+  (pliang279/LG-FedAvg, ``main_lg.py``) starts every client from a FedAvg-trained model
+  (``--load_fed``) and shares its last ``num_layers_keep`` layers (2 or 3 in its README); Pa3dFL
+  does not say how its LG-FedAvg started, and under capacity heterogeneity a FedAvg model of
+  every width would take a HeteroFL-like run first. Here a client learns its representation
+  from its own records from scratch under one shared layer, which leaves LG-FedAvg close to
+  Local-only (BENCHMARKS.md: +0.18 / +0.22 points, where Pa3dFL's Table 1 has +3.2): a likely
+  cause, not measured.
 - Local training: the configured optimizer over representation and head together, E epochs,
   a fresh optimizer each round with the per-round lr decay (Pa3dFL Table 7, FMNIST: lr 0.1).
 - ``accuracy`` is the client's model (its representation + the head it trained) after local

@@ -17,11 +17,13 @@ Implemented (Sec. 3):
   a width-p layer drops, as inverted dropout does. The head is not scaled: in HeteroFL's
   networks the output layer has no Scaler. The global model (width 1) is never scaled. A
   width-p submodel is scored as it trained: with static BN (HeteroFL's networks) the Scaler is
-  the identity at evaluation, as in HeteroFL, since the normalisation that follows each scaled
-  layer cancels the factor; without BN (Pa3dFL's Table 4 CNNs) nothing cancels it, and a
-  submodel scored without it would see every scaled layer's output p times smaller than in
-  training (its biases unchanged): there the Scaler stays on when a client's submodel is
-  scored (``accuracy_before``, ``accuracy``), as the attack surface always had it.
+  off at evaluation, as in HeteroFL, whose Scaler acts in training mode only (and the
+  normalisation that follows each scaled layer cancels the factor anyway: with batch-statistics
+  BN in training too, the Scaler changes nothing there); without BN (Pa3dFL's Table 4 CNNs)
+  nothing cancels it, and a submodel scored without it would see every scaled layer's output p
+  times smaller than in training (its biases unchanged): there the Scaler stays on when a
+  client's submodel is scored (``accuracy_before``, ``accuracy``), as the attack surface always
+  had it.
 - Static batch normalisation (Sec. 3.2): Pa3dFL's Table 4 CNNs have no normalisation layer;
   ``model: pa3dfl_cnn_fmnist_sbn`` (or ``pa3dfl_cnn_cifar100_sbn``) is the same network with a
   BatchNorm after each hidden layer that keeps no running statistics: training normalises
@@ -43,7 +45,9 @@ Implemented (Sec. 3):
   without it the Scaler diverges (below).
 - Masked cross-entropy (Sec. 3.2): the training loss of a client ignores the logits of classes
   absent from its training records (they are set to -inf before the softmax, so they get no
-  probability and no gradient). Evaluation is unmasked.
+  probability and no gradient). Evaluation is unmasked, where HeteroFL's code masks a client's
+  test logits to its classes too (no difference on Pa3dFL's i.i.d. FMNIST, where every client
+  holds every class).
 
 Choices where the paper is silent, and deviations:
 

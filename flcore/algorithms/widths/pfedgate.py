@@ -38,6 +38,11 @@ Choices and deviations, stated plainly:
   reads about 10%. (Pa3dFL's Hetero cell, 76.58, is close to what that would give.)
 - Values are the raw gate scores (the reference rounds score x 10 to integers for its exact
   0/1 solver and ranks the rounded values); ties go to the lower block index.
+- The selected blocks are multiplied by the clipped score (at least min(1/B, r_i)); the
+  reference multiplies by the unclipped mean sigmoid and builds its 0/1 mask from the clipped
+  score (a straight-through mask). The server averages the round's sampled clients (n_i
+  weights); the reference's default (``aggregate_sampled_clients`` 0) averages over every
+  client, the stale copies of those not sampled included.
 - Gating learning rate: Pa3dFL tunes it "from the grid {0.005, 0.01, 0.05, 0.1} of the model
   learning rate", the very grid of the model's learning rate, and the reference's
   ``--lr_gating`` is an absolute rate (0.1 beside ``--lr_model 0.1``): ``gating_lr`` is
