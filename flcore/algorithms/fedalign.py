@@ -38,7 +38,9 @@ Where our models differ from the paper's, and the choices made, stated plainly:
   conv stages, then a fully-connected layer) it is the second convolution and its LeakyReLU,
   with X of 16 x 12 x 12 and Y of 32 x 10 x 10; the max-pool and the fully-connected layer
   that follow are not in it. For a residual network (``fedhkd_resnet18``) it is the last
-  convolution with its normalisation, not the whole residual block: a departure. A grouped
+  convolution with its normalisation, not the whole residual block: a departure. For
+  ``fedhkd_shufflenet`` (SVHN) it is ``conv5``, one 1 x 1 convolution (464 -> 1024) with its
+  BN and ReLU. A grouped
   convolution is sliced only when depthwise; a model whose features hold no convolution is
   refused (a vector block's transmission matrix is rank one and estimates nothing).
 - The sub-block's batch normalisation, if any, uses the batch's statistics and leaves the

@@ -33,10 +33,14 @@ Choices where the papers are silent, and deviations, stated:
 - Generator (the paper's MLP, FedHKD: hidden 512): ``[eps, onehot(y)] -> Linear(hidden) ->
   BatchNorm1d -> ReLU -> Linear(d)``, with noise dimension = latent dimension d = the model's
   representation size (the in-features of the head's first Linear layer). eps ~ N(0, I) as the
-  paper writes (the authors' code draws U[0, 1)).
+  paper writes (the authors' code draws U[0, 1): its noise distances are about 12 times
+  smaller, so its diversity term saturates later).
 - Generator training: the authors' code's optimiser (Adam, lr 3e-4, weight decay 1e-2, lr x0.98
   per round, state kept across rounds), its "epoch" of 5 steps, FedHKD's 5 epochs (25 steps a
-  round), batch = the local batch size (at least 2, for BatchNorm), eta = 1; its adversarial
+  round, our reading of A.1's "5 epochs"; FedGen's code runs 10 such epochs, 50 steps, on
+  batches of 32, and FedHKD's code 5 steps: a weaker generator than FedGen's), batch = the
+  local batch size (at least 2, for BatchNorm; A.1's "generating batch-size 32" read as the
+  clients'), eta = 1; its adversarial
   student term has weight 0 in every released config and is not implemented. The teacher
   weights a_k(y) multiply each record's cross-entropy (the authors' code multiplies a [B] by a
   [B, 1] tensor, which averages ce and weights separately: not inherited). Label counts are

@@ -44,7 +44,9 @@ Choices where the papers are silent, and deviations, stated:
   code does the same: their target is the record's own representation).
 - A client shares every class it holds (``N_i^j > 0``); FedProto has no sharing threshold.
 - Prototypes are computed after local training, on the client's training records, in
-  evaluation mode (batch-norm statistics frozen), without gradient. Released as they are by
+  evaluation mode (batch-norm statistics frozen), without gradient, as FedHKD's code computes
+  them; FedProto's code (and its Algorithm 1) averages the training-mode representations of
+  the last local epoch's passes instead. Released as they are by
   default (``sigma: 0``: no noise, as both papers). ``sigma > 0`` releases them through
   FedHKD's mechanism instead (flcore.algorithms.knowledge: each representation clipped to
   ``zeta``, noise of std ``sigma 2 zeta / N_i^j`` on each class mean; not in either paper),

@@ -12,16 +12,20 @@ averaged over the mini-batch; the server averages the uploaded models as FedAvg 
 
 Choices where the paper is silent, and deviations, stated:
 - z is ``model.represent(x)``, the output of the model's ``features``: MOON's "projection head"
-  output. With FedHKD's networks (``fedhkd_*``) that is the projected latent, as in MOON's and
-  FedHKD's code; with ``cnn_fmnist`` it is the 128-unit hidden layer the head reads. The
+  output. With FedHKD's networks (``fedhkd_*``) that is the projected latent, as in FedHKD's
+  code: one Linear layer and a BatchNorm without learned scale, to 32 or 64 dimensions, where
+  MOON's code projects with Linear-ReLU-Linear to 256 (cosines on batch-standardised features
+  behave otherwise); with ``cnn_fmnist`` it is the 128-unit hidden layer the head reads. The
   classifier reads the same z (MOON's networks put the projection head before the classifier).
 - ``mu = 1``, ``tau = 0.5``: FedHKD's settings (App. A.1). One previous model (MOON's
   default buffer of 1).
 - The previous model is the client's local model after its last participation: private client
   state, kept by the engine (so it survives checkpoints) and never uploaded. A client with no
-  previous model (its first participation) uses the received global model as the negative, as
-  MOON's code does in the first round: both logits are then equal for every z, so the term is
-  the constant log 2 with zero gradient and that round is plain cross-entropy.
+  previous model (its first participation) uses the received global model as the negative:
+  both logits are then equal for every z, so the term is the constant log 2 with zero gradient
+  and that round is plain cross-entropy. MOON's code has no negative in the first round (its
+  pool of previous models is empty: a cross-entropy over one logit, 0); the gradient is the
+  same.
 - The global and previous models run in eval mode (no batch-statistics update, no dropout) and
   without gradient, as in MOON's code; the trained model runs in train mode.
 - ``train_loss`` is the mean cross-entropy, as FedAvg reports it (the contrastive term's value
