@@ -28,7 +28,10 @@ Choices where the papers are silent, and deviations, stated:
 - The distillation distance is the squared L2 norm between logits (FedMD: "class scores"; its
   authors' code fits logits with an L1 loss; FedHKD's code uses a temperature-0.5 KL with its
   sign flipped, which would push away from the consensus: not inherited), summed over classes,
-  averaged over the public batch. The consensus is the unweighted mean of the round's clients
+  averaged over the public batch. FedHKD's lambda_md 0.05 came with its probability-space
+  distance: on logits the same weight can make the term far stronger (not measured; FedMD's
+  seed-0 collapse at beta 0.2, BENCHMARKS.md, may be that). The consensus is the unweighted
+  mean of the round's clients
   (FedMD and FedHKD's code), computed on the whole public set in eval mode after local training.
 - Round 1 has no consensus: clients train on cross-entropy only (as FedHKD's code), then upload
   their first logits; round t >= 2 digests the consensus of round t-1.
