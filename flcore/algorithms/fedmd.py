@@ -26,16 +26,16 @@ Choices where the papers are silent, and deviations, stated:
   logits, which no gradient-inversion surface can simulate (the attack contract needs one for
   every uploading algorithm), so it is not offered here.
 - The distillation distance is the squared L2 norm between logits (FedMD: "class scores"; its
-  authors' code fits logits with an L1 loss; FedHKD's code uses a temperature-0.5 KL with its
-  sign flipped, which would push away from the consensus: not inherited), summed over classes,
-  averaged over the public batch. FedHKD's lambda_md 0.05 came with its probability-space
-  distance, which is bounded; on logits the same weight lets the term outgrow the
-  cross-entropy. At beta 0.2, seed 0, from round 19 the term where local training ends exceeds
-  the averaged model's whole cross-entropy in 29 of 31 rounds, and the run collapses (69.07 /
-  62.24 at round 49); at 0.005 it does not (85.67 / 81.43) (benchmarks/fedmd_term_scale.py,
-  BENCHMARKS.md session 67). The configs keep 0.05, FedHKD's. The consensus is the unweighted
-  mean of the round's clients (FedMD and FedHKD's code), computed on the whole public set in
-  eval mode after local training.
+  authors' code fits logits with an L1 loss; FedHKD's code uses a temperature-0.5 KL with its sign
+  flipped, which would push away from the consensus: not inherited), summed over classes, averaged
+  over the public batch. FedHKD's lambda_md 0.05 came with a distance between temperature-0.5
+  probabilities (its code: a KL); between logits the same weight lets the term outgrow the
+  cross-entropy. At beta 0.2, seed 0, from round 19 the term where local training ends exceeds the
+  averaged model's whole cross-entropy in 29 of 31 rounds, and the run collapses (69.07 / 62.24 at
+  round 49); at 0.005 it does not (85.67 / 81.43) (benchmarks/fedmd_term_scale.py, BENCHMARKS.md
+  session 67). The configs keep 0.05, FedHKD's. The consensus is the unweighted mean of the
+  round's clients (FedMD and FedHKD's code), computed on the whole public set in eval mode after
+  local training.
 - Round 1 has no consensus: clients train on cross-entropy only (as FedHKD's code), then upload
   their first logits; round t >= 2 digests the consensus of round t-1.
 - The public set is ``public_samples`` training records held by no client (flcore.data.federated;
