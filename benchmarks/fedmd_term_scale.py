@@ -62,13 +62,14 @@ def main(argv: list[str] | None = None) -> None:
     public_x = normalize(public.images, data.info)
     rows: list[dict[str, Any]] = []
     uploaded: list[torch.Tensor] = []  # the round's clients' logits on the public set
-    accumulate = FedMD.accumulate
+    assert isinstance(algo, FedMD)
+    accumulate = algo.accumulate
 
-    def recorded(self: FedMD, result: Any) -> None:
+    def recorded(result: Any) -> None:
         uploaded.append(result.upload[LOGITS].detach().clone())
-        accumulate(self, result)
+        accumulate(result)
 
-    FedMD.accumulate = recorded  # type: ignore[method-assign]
+    algo.accumulate = recorded  # type: ignore[method-assign]  # this engine's server only
     digested = None  # the consensus this round's clients trained towards
     rounds = engine.iter_rounds()
     for result in rounds:
