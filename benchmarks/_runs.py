@@ -59,6 +59,7 @@ __all__ = [
     "runs_dir",
     "save_figure",
     "scan_runs",
+    "summary_ended",
     "under_way_note",
     "truncate_log",
     "write_record",
@@ -761,16 +762,22 @@ def scan_runs(
     return runs
 
 
-def _folder_ended(summary: dict[str, Any], folder: Path, length: int | None) -> bool:
-    """Whether the run in ``folder`` (its ``summary.json`` ``summary``) has ended: its early
-    stop, its divergence, or all the rounds its :data:`CODE` says it is to do (``length`` where
-    it does not say; unknown: under way). A paused run's summary is that of its rounds so far."""
-    if summary.get("early_stopped") == 1.0 or summary.get("diverged_round") is not None:
+def summary_ended(summary: dict[str, Any], planned: int | None) -> bool:
+    """Whether a run whose ``summary.json`` is ``summary`` has ended: its early stop, its
+    divergence (a NaN loss, ``diverged_round``), or all ``planned`` rounds (unknown: under way).
+    A paused run's summary is that of its rounds so far, and has none of them. The one rule of
+    every script's summary."""
+    if summary.get("early_stopped") or summary.get("diverged_round") is not None:
         return True
+    return planned is not None and int(summary.get("rounds") or 0) >= int(planned)
+
+
+def _folder_ended(summary: dict[str, Any], folder: Path, length: int | None) -> bool:
+    """:func:`summary_ended` for the run in ``folder``: the rounds its :data:`CODE` says it is to
+    do, ``length`` where it does not say."""
     code = folder / CODE
     planned = json.loads(code.read_text()).get("rounds") if code.is_file() else None
-    planned = planned if planned is not None else length
-    return planned is not None and int(summary.get("rounds") or 0) >= int(planned)
+    return summary_ended(summary, planned if planned is not None else length)
 
 
 def ended_rows(runs: list[dict[str, Any]], group: Callable[[list[dict[str, Any]]], Any]) -> Any:

@@ -101,6 +101,7 @@ from _runs import (  # noqa: E402
     save_figure,
     scan_runs,
     seed_cell,
+    summary_ended,
 )
 
 from analysis.paper import PA3DFL_ABLATION_FMNIST, PA3DFL_FMNIST  # noqa: E402
@@ -344,16 +345,6 @@ def _follows_rule(summary: dict[str, Any], method: str) -> bool:
     )
 
 
-def _run_ended(summary: dict[str, Any], rounds: int) -> bool:
-    """Whether a run with this ``summary.json`` ended: its last round, its early stop or a
-    NaN loss (``diverged_round``); a run under way has none of them."""
-    return (
-        int(summary.get("rounds", 0)) >= rounds
-        or bool(summary.get("early_stopped"))
-        or summary.get("diverged_round") is not None
-    )
-
-
 def _ours(run: dict[str, Any], curve: list[dict[str, Any]]) -> float | None:
     """A run's figure (a fraction, :data:`OURS_METRIC`): its logged curve rescored by the
     window rule (:func:`rescore`), else its summary's value; None if it has neither."""
@@ -385,8 +376,8 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
         # a run still under way (neither its last round nor its early stop) is no result
         # yet: the cells are its ended seeds', the others named beside them with their
         # progress; a group with none ended shows its runs so far
-        ended = [g for g in group if _run_ended(g["summary"], rounds)]
-        under_way = [g for g in group if not _run_ended(g["summary"], rounds)]
+        ended = [g for g in group if summary_ended(g["summary"], rounds)]
+        under_way = [g for g in group if not summary_ended(g["summary"], rounds)]
         shown = ended or group
         ours = [100 * v for g in shown if (v := _ours(g, curves[id(g)])) is not None]
         worst = [
@@ -475,7 +466,7 @@ def width_table(
     seeds: dict[tuple[str, str, int], set[int]] = {}
     for column, found in qualified.items():
         # a column's ended seeds only, as in summary_table; its chunks so far if none ended
-        ended = [(r, s) for r, s in found if _run_ended(r["summary"], r["rounds"])]
+        ended = [(r, s) for r, s in found if summary_ended(r["summary"], r["rounds"])]
         for r, summary in ended or found:
             prefix = f"{OURS_METRIC[r['method']]}_width_"
             cells = columns.setdefault(column, {})
@@ -600,7 +591,7 @@ def _seed_values(runs: list[dict[str, Any]], method: str, setting: str) -> dict[
     for r in runs:
         if (r["method"], r["setting"], r["label"], r["rounds"]) != (method, setting, "", 500):
             continue
-        if not _run_ended(r["summary"], 500) or r["summary"].get("diverged_round") is not None:
+        if not summary_ended(r["summary"], 500) or r["summary"].get("diverged_round") is not None:
             continue
         value = _ours(r, read_curve(r) if _has_curve(r) else [])
         if value is not None:

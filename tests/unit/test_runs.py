@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from _runs import attacked_run, resume_run, run_ended  # noqa: E402
+from _runs import attacked_run, resume_run, run_ended, summary_ended  # noqa: E402
 
 
 def test_a_diverged_run_ends_at_its_nan_round_and_is_never_resumed(
@@ -56,8 +56,15 @@ def test_a_run_leaves_its_record_only_once_it_has_ended(tiny_config: dict, tmp_p
     kwargs = {"checkpoint_every": 1, "deadline": time.time() + 600, "record": record}
     engine, summary, _ = resume_run(cfg, run_dir, until_round=1, **kwargs)
     assert engine.round == 1 and not run_ended(engine, summary) and not record.exists()
+    # the summaries' rule, on the summary a paused run left: under way, whatever its length
+    paused = json.loads((run_dir / "summary.json").read_text())
+    assert not summary_ended(paused, 2) and not summary_ended(paused, None)
+    assert summary_ended(paused, 1)  # all its rounds, had it planned one
+    assert summary_ended(paused | {"early_stopped": 1.0}, 2)
+    assert summary_ended(paused | {"diverged_round": 1}, 2)
     engine, summary, spent = resume_run(cfg, run_dir, **kwargs)
     assert run_ended(engine, summary) and "diverged_round" not in summary
+    assert summary_ended(json.loads((run_dir / "summary.json").read_text()), 2)
     doc = json.loads(record.read_text())
     assert doc["run"] == "run" and doc["seconds"] == round(spent, 1)
     assert doc["summary"] == json.loads((run_dir / "summary.json").read_text())
