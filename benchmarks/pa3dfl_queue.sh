@@ -44,7 +44,10 @@ IG="$PY benchmarks/pa3dfl_leakage.py"
 # 3. then the labelled variants, diagnoses beyond the issue's runs (after them since session 55):
 #    hn_lr 1.0 and Table 7's hn_lr 0.1 under the paper's plain HN step, which test the Ideal
 #    cell's slow start (BENCHMARKS.md sessions 50 and 53), and Algorithm 2's p_min with the
-#    step capped.
+#    step capped;
+# 4. then the Hetero ordering's other two at the paper's 500 rounds, seed 0 (phase 3 ran them at
+#    200, which the summary's ordering verdict does not count): FLANC as configured, and HeteroFL
+#    with static BN (Table 4's BN-free CNN diverges under it, labelled sbn as at 200 rounds).
 TRAIN=(
   "$T1 --methods pa3dfl --settings ideal --seeds 0"
   "$PY benchmarks/pa3dfl_selection.py --settings ideal --seeds 0"
@@ -58,6 +61,8 @@ TRAIN=(
   "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.hn_lr=1.0 --label hnlr1"
   "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.hn_step=plain --label hnplain"
   "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.rank_p_min=clients --set algorithm_params.step_scale_max=1 --label clients-cap1"
+  "$T1 --methods flanc --settings hetero --seeds 0"
+  "$T1 --methods heterofl --settings hetero --seeds 0 --set model=pa3dfl_cnn_fmnist_sbn --label sbn"
 )
 # Attack lane: the 10,000-iteration IG attack on Pa3dFL's round-1 upload; IG on FedAvg's and
 # Pa3dFL's round-50 uploads (a trained model); and again at round 1 with 2,000 iterations
