@@ -199,8 +199,10 @@ def report(
     ] = None,
     spec: Annotated[Path | None, typer.Option(help=SPEC_HELP)] = None,
 ) -> None:
-    """One self-contained HTML page: spec, fronts, best configs, communication, attacks,
-    the paper's numbers beside ours, provenance."""
+    """One self-contained HTML page of the experiments' results.
+
+    The sweep's spec, the fronts, the best configs, communication, attacks, the paper's numbers
+    beside ours, provenance."""
     from analysis.collect import collect_report
     from analysis.load import LoadError
     from analysis.report import render_report

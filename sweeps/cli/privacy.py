@@ -56,8 +56,10 @@ def privacy_epsilon(
     population: Annotated[int | None, typer.Option(help=_POPULATION_HELP, min=1)] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Epsilon spent by ``steps`` subsampled Gaussian steps: Poisson sampling under add/remove,
-    or with ``--population N`` fixed-size sampling under replace-one."""
+    """Epsilon spent by --steps subsampled Gaussian steps.
+
+    Poisson sampling under add/remove, or with --population N fixed-size sampling under
+    replace-one."""
     from flcore.privacy.accounting import compute_epsilon
 
     rate, sampling = sampling_scheme(sample_rate, population)
@@ -97,8 +99,9 @@ def privacy_sigma(
     population: Annotated[int | None, typer.Option(help=_POPULATION_HELP, min=1)] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """The smallest noise multiplier whose epsilon is at most the target (sampling as for
-    ``privacy epsilon``)."""
+    """The smallest noise multiplier whose epsilon is at most the target.
+
+    Sampling as for `privacy epsilon`."""
     from flcore.privacy.accounting import calibrate_noise
 
     rate, sampling = sampling_scheme(sample_rate, population)

@@ -36,8 +36,10 @@ def ui(
     ] = None,
     study: Annotated[str | None, typer.Option(help="--optuna: the study to open")] = None,
 ) -> None:
-    """Serve the MLflow UI on the tracking store (or, with --optuna, the Optuna dashboard) on
-    127.0.0.1 until Ctrl-C; the server and its children are stopped on exit."""
+    """Serve the MLflow UI (or, with --optuna, the Optuna dashboard) until Ctrl-C.
+
+    The UI reads the tracking store on 127.0.0.1; on exit the server and its children are
+    stopped."""
     from sweeps.dashboards import (
         HOST,
         DashboardError,
@@ -92,8 +94,10 @@ def server(
     ] = None,
     workers: Annotated[int, typer.Option(help="server worker processes")] = 4,
 ) -> None:
-    """A shared MLflow tracking server for cluster sweeps (PostgreSQL backend, proxied
-    artifacts), until Ctrl-C. Sweeps reach it with tracking.uri: http://HOST:PORT."""
+    """A shared MLflow tracking server for cluster sweeps, until Ctrl-C.
+
+    PostgreSQL backend, proxied artifacts. Sweeps reach it with tracking.uri:
+    http://HOST:PORT."""
     from sweeps.dashboards import DashboardError, require_free_port, tracking_server_command
 
     if "://" not in artifacts_destination:
