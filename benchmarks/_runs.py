@@ -625,6 +625,14 @@ def add_run_options(ap: Any, out: str, *, rounds_help: str, summary_help: str) -
         help="where the runs compute (cpu, cuda): not a setting, a run keeps its folder and "
         "stays comparable; on cuda ``executor: auto`` vectorizes where the algorithm allows",
     )
+    ap.add_argument(
+        "--global-eval-every",
+        type=int,
+        default=None,
+        help="measure the global model on the global test set (global_accuracy) only every N "
+        "rounds and in the last (config global_eval_every): not a setting, training and every "
+        "client figure are the same, the run keeps its folder and stays comparable",
+    )
     ap.add_argument("--summary", action="store_true", help=summary_help)
 
 
@@ -650,8 +658,11 @@ def epsilon_cell(values: list[float], fmt: str = ".2f") -> str:
 
 
 def execution_overrides(args: Any) -> list[str]:
-    """The config overrides of ``--device`` (none without it)."""
-    return [] if args.device is None else [f"device={args.device}", "executor=auto"]
+    """The config overrides of ``--device`` and ``--global-eval-every`` (none without them):
+    where and how often the run measures, never what it trains."""
+    out = [] if args.device is None else [f"device={args.device}", "executor=auto"]
+    every = getattr(args, "global_eval_every", None)
+    return out + ([] if every is None else [f"global_eval_every={every}"])
 
 
 def seed_cell(values: list[float]) -> str:

@@ -49,6 +49,7 @@ from _runs import (  # noqa: E402
     compare,
     ended_rows,
     epsilon_cell,
+    execution_overrides,
     record_file,
     records_dir,
     resume_run,
@@ -110,6 +111,7 @@ def run_one(
         f"workers={args.workers}",
         f"num_clients={clients}",
         f"partition.beta={beta}",
+        *execution_overrides(args),
     ]
     if args.rounds is not None:
         over.append(f"rounds={args.rounds}")

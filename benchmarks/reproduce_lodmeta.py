@@ -67,6 +67,7 @@ from _runs import (  # noqa: E402
     compare,
     ended_rows,
     epsilon_cell,
+    execution_overrides,
     read_curve,
     record_file,
     records_dir,
@@ -119,6 +120,7 @@ def _pct(value: Any) -> float | None:
 def _overrides(method: str, setting: str, seed: int, args: argparse.Namespace) -> list[str]:
     graph, shots = SETTINGS[setting]
     over = [f"seed={seed}", f"workers={args.workers}", f"fewshot.k_shot={shots}"]
+    over += execution_overrides(args)  # --device, --global-eval-every: how, not what
     over += [] if method in SERVER else graph
     if args.rounds is not None:
         over.append(f"rounds={args.rounds}")

@@ -128,6 +128,13 @@ class Engine:
         client_fraction: fraction of clients sampled per round.
         full_last_round: every client takes part in the last round (HyperFL's protocol).
         eval_every: evaluate every this many rounds, and always in the last round.
+        global_eval_every: of those evaluation rounds, the ones that also measure the global
+            model on the global test set (``global_accuracy``, the base
+            :meth:`~flcore.algorithms.base.Algorithm.evaluate_server`): rounds divisible by it,
+            and always the last; None: every evaluation round. Training is the same either way
+            (the evaluation draws nothing and changes nothing); the other rounds report
+            ``global_accuracy`` None. An algorithm whose server evaluation is its accuracy
+            (meta-learning) is unaffected.
         seed: the experiment seed.
         workers: client processes (1 = in this process).
         device: torch device.
@@ -161,6 +168,7 @@ class Engine:
         client_fraction: float = 1.0,
         full_last_round: bool = True,
         eval_every: int = 1,
+        global_eval_every: int | None = None,
         seed: int = 0,
         workers: int = 1,
         device: str = "cpu",
@@ -182,6 +190,8 @@ class Engine:
             raise ValueError(
                 f"early_stopping_patience must be in (0, 1], got {early_stopping_patience!r}"
             )
+        if global_eval_every is not None and global_eval_every < 1:
+            raise ValueError(f"global_eval_every must be >= 1, got {global_eval_every!r}")
         if early_stopping_window < 1:
             raise ValueError(f"early_stopping_window must be >= 1, got {early_stopping_window!r}")
         if early_stopping_report not in ("window", "all_clients"):
@@ -195,6 +205,7 @@ class Engine:
         self.client_fraction = client_fraction
         self.full_last_round = full_last_round
         self.eval_every = eval_every
+        self.global_eval_every = global_eval_every
         self.seed = seed
         self.workers = workers
         self.device = device
@@ -332,6 +343,10 @@ class Engine:
     def _is_eval_round(self, r: int) -> bool:
         return r % self.eval_every == 0 or r == self.rounds
 
+    def _is_global_eval_round(self, r: int) -> bool:
+        every = self.global_eval_every
+        return self._is_eval_round(r) and (every is None or r % every == 0 or r == self.rounds)
+
     def _one_round(self, executor: Any, r: int) -> RoundResult:
         start = time.perf_counter()
         alg = self.algorithm
@@ -377,7 +392,12 @@ class Engine:
         alg.end_round(r)
         server: dict[str, float | None] = {}
         if evaluate_now:
-            server = alg.evaluate_server(self.data, self.client_states, torch.device(self.device))
+            server = alg.evaluate_server(
+                self.data,
+                self.client_states,
+                torch.device(self.device),
+                global_test=self._is_global_eval_round(r),
+            )
         seconds = time.perf_counter() - start - probe_seconds
         self.totals["bytes_up"] += bytes_up
         self.totals["bytes_down"] += bytes_down

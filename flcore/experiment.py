@@ -350,6 +350,7 @@ def build_engine(
         client_fraction=cfg.client_fraction,
         full_last_round=cfg.full_last_round,
         eval_every=cfg.eval_every,
+        global_eval_every=cfg.global_eval_every,
         seed=cfg.seed,
         workers=cfg.resolved_workers(),
         device=cfg.device,

@@ -516,16 +516,22 @@ class Algorithm(ABC):
         return None
 
     def evaluate_server(
-        self, data: Any, client_states: Mapping[int, Any], device: torch.device
+        self,
+        data: Any,
+        client_states: Mapping[int, Any],
+        device: torch.device,
+        *,
+        global_test: bool = True,
     ) -> dict[str, float | None]:
         """What the engine measures after an evaluation round's aggregation, merged into the
         round's metrics (a key here replaces the clients' mean of the same key). Default:
         ``global_accuracy``, the :meth:`global_model` on the global test set (nothing when
-        there is no global model). A meta-learning algorithm adapts its meta-model on every
+        there is no global model, or on a round the engine's ``global_eval_every`` passes
+        over: ``global_test`` False). A meta-learning algorithm adapts its meta-model on every
         client's support set instead (flcore.algorithms.meta), since a walk's round visits one
         client."""
         model = self.global_model()
-        if model is None:
+        if model is None or not global_test:
             return {}
         from contextlib import nullcontext
 

@@ -132,6 +132,30 @@ def test_eval_every_and_last_round(tiny_config: dict) -> None:
     assert rec.rounds[0].metrics["global_accuracy"] is None
 
 
+def test_global_eval_every_thins_the_global_test_only(tiny_config: dict) -> None:
+    """``global_eval_every: 2`` over 5 rounds measures ``global_accuracy`` at rounds 2, 4 and
+    the last, and nothing else changes: the clients' figures and the weights are bitwise those
+    of a run measuring it every round."""
+    every, every_engine = _run(tiny_config, rounds=5)
+    thin, thin_engine = _run(tiny_config, rounds=5, global_eval_every=2)
+    measured = [r.round for r in thin.rounds if r.metrics["global_accuracy"] is not None]
+    assert measured == [2, 4, 5]
+    wall = {"round_seconds", "client_seconds", "seconds"}
+    for a, b in zip(every.rounds, thin.rounds, strict=True):
+        assert a.evaluated and b.evaluated and a.metrics["global_accuracy"] is not None
+        skip = wall | ({"global_accuracy"} if b.round not in measured else set())
+        for key in a.metrics.keys() - skip:
+            x, y = a.metrics[key], b.metrics[key]
+            assert x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y)), key
+    assert thin.summary is not None and every.summary is not None
+    assert thin.summary["global_accuracy"] == every.summary["global_accuracy"]  # the last round's
+    thin_weights = _weights(thin_engine)
+    for name, w in _weights(every_engine).items():
+        assert torch.equal(w, thin_weights[name]), name
+    with pytest.raises(Exception, match="global_eval_every"):
+        validate_config(tiny_config | {"global_eval_every": 0})
+
+
 def test_local_only_uploads_nothing_and_keeps_client_models(tiny_config: dict) -> None:
     rec, engine = _run(tiny_config, algorithm="local")
     for r in rec.rounds:

@@ -39,7 +39,7 @@ def test_a_tiny_run_stops_resumes_ends_and_summarises(data_root: Path, tmp_path:
     common += ["--rounds", "2", "--workers", "1", "--out", str(out), "--records", records]
     for over in (f"data_root={data_root}", "samples_per_client=60", "local_epochs=1"):
         common += ["--set", over]
-    common += ["--label", "tiny", "--set", "global_test_per_class=20"]
+    common += ["--label", "tiny", "--set", "global_test_per_class=20", "--global-eval-every", "2"]
     driver = _DRIVER.format(
         script=str(SCRIPT),
         common=common,
@@ -73,6 +73,12 @@ def test_a_tiny_run_stops_resumes_ends_and_summarises(data_root: Path, tmp_path:
         "n10-b0.5-fedavg-tiny-s0.json",
         "n10-b0.5-fedhkd-tiny-s0.json",
     ]
+    # --global-eval-every reaches the runs' configs: FedAvg's global model measured at round 2
+    fedavg = json.loads((Path(records) / "n10-b0.5-fedavg-tiny-s0.json").read_text())
+    assert fedavg["config"]["global_eval_every"] == 2
+    columns, rows = fedavg["curve"]["columns"], fedavg["curve"]["rows"]
+    measured = [row[0] for row in rows if row[columns.index("global_accuracy")] is not None]
+    assert measured == [2]
 
 
 def test_a_claim_needs_three_seeds_and_a_difference_beyond_the_noise() -> None:

@@ -180,7 +180,7 @@ def test_a_tiny_walk_stops_resumes_and_needs_no_platform_layers(
         "eval_every=2",
     ):
         common += ["--set", over]
-    common += ["--label", "tiny"]
+    common += ["--label", "tiny", "--global-eval-every", "3"]
     docs = []
     for extra in (["--until-round", "2"], []):
         buf = io.StringIO()
@@ -197,6 +197,9 @@ def test_a_tiny_walk_stops_resumes_and_needs_no_platform_layers(
     record = json.loads((records / "regular-5shot-lodmeta-tiny-s0.json").read_text())
     assert record["summary"] == json.loads((run_dir / "summary.json").read_text())
     assert record["config"]["rounds"] == 4 and record["config"]["model_params"]["hidden"] == 8
+    assert record["config"]["global_eval_every"] == 3  # a walk's accuracy is not thinned:
+    columns = record["curve"]["columns"]
+    assert all(row[columns.index("accuracy")] is not None for row in record["curve"]["rows"][1::2])
     assert record["curve"]["columns"][0] == "round" and len(record["curve"]["rows"]) == 4
     from_folder = mod["read_runs"](out, records)
     shutil.rmtree(run_dir)

@@ -58,6 +58,8 @@ def test_a_tiny_run_stops_resumes_ends_and_summarises(data_root: Path, tmp_path:
         "samples_per_client=50",
         "--set",
         "local_epochs=1",
+        "--global-eval-every",
+        "5",
     ]
     driver = _DRIVER.format(script=str(SCRIPT), common=common, first=["--until-round", "1"])
     done = subprocess.run(
@@ -88,6 +90,9 @@ def test_a_tiny_run_stops_resumes_ends_and_summarises(data_root: Path, tmp_path:
     record = json.loads((tmp_path / "records" / "hetero-local-tiny-r2-s0.json").read_text())
     assert record["summary"] == json.loads((run_dir / "summary.json").read_text())
     assert record["config"]["capacity"]["name"] == "uniform" and record["config"]["rounds"] == 2
+    # how often it measured the global model: in its config, not one of the variant's --set
+    assert record["config"]["global_eval_every"] == 5
+    assert not any("global_eval_every" in o for o in second["overrides"])
     assert [row[0] for row in record["curve"]["rows"]] == [1, 2]
     every = json.loads((run_dir / "all_clients.json").read_text())
     assert every["clients"] == 4 and every["state"] == "best.pt"

@@ -130,10 +130,17 @@ class MetaAlgorithm(Algorithm):
         return self.client_start(-1, None)
 
     def evaluate_server(
-        self, data: Any, client_states: Mapping[int, Any], device: torch.device
+        self,
+        data: Any,
+        client_states: Mapping[int, Any],
+        device: torch.device,
+        *,
+        global_test: bool = True,
     ) -> dict[str, float | None]:
         """``accuracy`` over every training client and ``unseen_accuracy`` over every unseen
-        client, each adapted on its support set (module docstring)."""
+        client, each adapted on its support set (module docstring): the accuracy itself,
+        measured on every evaluation round whatever ``global_test`` says (there is no global
+        test set to thin)."""
         p = self.params
         model, info = self.net(), data.info
         steps, lr = p.eval_steps, p.inner_lr  # type: ignore[attr-defined]
