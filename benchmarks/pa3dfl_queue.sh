@@ -19,8 +19,9 @@
 # ~/.cache/fedsweep-runs/pa3dfl/ (every 5 rounds, and on SIGTERM), an IG attack from its state
 # (saved every minute), and a run or case that ended, there or on another machine (its record
 # under benchmarks/records/), is not run again. So after any interruption (a stop, a machine that
-# was laid anew) start it again: it passes over what ended and goes on. A step that fails is
-# logged with its exit status and its lane goes on. To stop it: `kill -- -<its process group>`
+# was laid anew: `make install-dev data` first, which the queue checks before any step) start it
+# again: it passes over what ended and goes on. A step that fails is logged with its exit status
+# and its lane goes on. To stop it: `kill -- -<its process group>`
 # (SIGTERM to the lanes' shells and the Python processes: each run checkpoints first).
 # `bash benchmarks/pa3dfl_queue.sh --list` prints the steps, lane by lane.
 set -u
@@ -81,11 +82,12 @@ ATTACKS=(
 stamp() { date -u +%FT%TZ; }
 
 attack_lane() {
-  local step
+  local step rc
   for step in "${ATTACKS[@]}"; do
     echo "[$(stamp)] [attack] $step"
     bash -c "$step"
-    echo "[$(stamp)] [attack] exit $? ($step)"
+    rc=$?  # before $(stamp), whose own status would stand in for the step's
+    echo "[$(stamp)] [attack] exit $rc ($step)"
   done
   echo "[$(stamp)] [attack] lane done"
 }
@@ -130,8 +132,22 @@ run_queue() {
   echo "[$(stamp)] queue done"
 }
 
+# Before any step: on a machine laid anew every step would fail at once, one after another.
+# The scripts must start (their imports) and Fashion-MNIST must be there (installed by
+# scripts/ensure-fmnist where it can, as `make data` does).
+preflight() {
+  local script
+  for script in reproduce_pa3dfl_table1 pa3dfl_selection pa3dfl_leakage; do
+    if ! "$PY" "benchmarks/$script.py" --help >/dev/null 2>&1; then
+      echo "$PY cannot start benchmarks/$script.py: install first (make install-dev data)" >&2
+      exit 2
+    fi
+  done
+  bash scripts/ensure-fmnist || exit 2
+}
+
 case "${1:-}" in
-  "") run_queue ;;
+  "") preflight; run_queue ;;
   --list)
     printf 'train:  %s\n' "${TRAIN[@]//\{W\}/$WORKERS}"
     printf 'attack: %s\n' "${ATTACKS[@]}"
