@@ -38,8 +38,8 @@ def ui(
 ) -> None:
     """Serve the MLflow UI (or, with --optuna, the Optuna dashboard) until Ctrl-C.
 
-    The UI reads the tracking store on 127.0.0.1; on exit the server and its children are
-    stopped."""
+    It reads the tracking store and listens on 127.0.0.1; on exit the server and its children
+    are stopped."""
     from sweeps.dashboards import (
         HOST,
         DashboardError,
