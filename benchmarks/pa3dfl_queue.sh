@@ -29,11 +29,10 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 WORKERS=${WORKERS:-2}
 # {W}: the worker count, chosen when the step (re)starts
-T1_EVERY_ROUND="$PY benchmarks/reproduce_pa3dfl_table1.py --workers {W}"
 # The runs that start from session 68 on measure the global model on the global test set every
 # 10th round (global_accuracy, a diagnostic Table 1 does not use; 12% of a Hetero FjORD round,
 # BENCHMARKS.md session 68): training and every client figure are the same
-T1="$T1_EVERY_ROUND --global-eval-every 10"
+T1="$PY benchmarks/reproduce_pa3dfl_table1.py --workers {W} --global-eval-every 10"
 IG="$PY benchmarks/pa3dfl_leakage.py"
 
 # Ended since (kept for their records' sake: a step that ended passes over its runs at once):
@@ -45,7 +44,9 @@ IG="$PY benchmarks/pa3dfl_leakage.py"
 #    500): FLANC and TailorFL Hetero again under today's code (their runs of sessions 28-29
 #    logged no per-width curve and kept no best state, so they have no worst-width window and no
 #    client-by-client pairing with Pa3dFL, which the Hetero ordering claim needs), then Ideal;
-# 2. phase 4: seeds 1-2 of phase 1 (whether Pa3dFL's Ideal miss is within seed noise);
+# 2. phase 4: seeds 1-2 of phase 1 (whether Pa3dFL's Ideal miss is within seed noise), Hetero
+#    FjORD first: the shortest left (about 2.7 h), the only kind that can end inside one
+#    session on a machine laid anew between sessions;
 # 3. then the labelled variants, diagnoses beyond the issue's runs (after them since session 55):
 #    hn_lr 1.0 and Table 7's hn_lr 0.1 under the paper's plain HN step, which test the Ideal
 #    cell's slow start (BENCHMARKS.md sessions 50 and 53), and Algorithm 2's p_min with the
@@ -62,7 +63,7 @@ TRAIN=(
   "$T1 --methods heterofl --settings hetero --seeds 0 --rounds 200 --set model=pa3dfl_cnn_fmnist_sbn --label sbn"
   "$T1 --methods flanc tailorfl --settings hetero --seeds 0 --rounds 200 --label rerun"
   "$T1 --methods ditto pfedhn lg_fedavg local flanc tailorfl pfedgate heterofl fedrolex --settings ideal --seeds 0 --rounds 200"
-  "$T1_EVERY_ROUND --methods fjord --settings hetero --seeds 1"
+  "$T1 --methods fjord --settings hetero --seeds 1 2"
   "$T1 --methods pa3dfl fjord fedavg --settings hetero ideal --seeds 1 2"
   "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.hn_lr=1.0 --label hnlr1"
   "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.hn_step=plain --label hnplain"
