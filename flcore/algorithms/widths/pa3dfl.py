@@ -219,7 +219,14 @@ from flcore.algorithms.widths.slicing import leading_block, padded
 from flcore.data import ArrayDataset, DatasetInfo
 from flcore.errors import ConfigError
 
-__all__ = ["Pa3dFL", "Pa3dFLParams", "Pa3dFLHyperNetwork", "select_alpha", "interpolate"]
+__all__ = [
+    "Pa3dFL",
+    "Pa3dFLParams",
+    "Pa3dFLHyperNetwork",
+    "fixed_global_head",
+    "select_alpha",
+    "interpolate",
+]
 
 TensorDict = dict[str, torch.Tensor]
 
@@ -227,6 +234,19 @@ _HEAD_SEED = 0x6EAD  # the fixed global head (public: every party builds it from
 _HN_SEED = 0xA3D1
 _U_SEED = 0xA3D2
 _STEP_SEED = 0xA3D3  # the power iteration of the balanced HN step
+
+
+def fixed_global_head(plain: Callable[[float], nn.Module], seed: int, width: float) -> nn.Linear:
+    """Pa3dFL's fixed global head at ``width`` (FedBABU's frozen random head): the full-width
+    network's head as seeded from ``seed``, reading the first ``in_features`` of the width's
+    head (its first ``p T`` features), frozen. ``plain(width)`` builds the plain network."""
+    full = seeded((seed, _HEAD_SEED), lambda: plain(1.0)).head
+    n_in = plain(width).head.in_features
+    head = nn.Linear(n_in, full.out_features)
+    with torch.no_grad():
+        head.weight.copy_(full.weight[:, :n_in])
+        head.bias.copy_(full.bias)
+    return head.requires_grad_(False)
 
 
 class Pa3dFLParams(AlgorithmParams):
@@ -677,13 +697,7 @@ class Pa3dFL(Algorithm):
 
     def global_head(self, width: float) -> nn.Linear:
         """The fixed global head (FedBABU's frozen random head), reading the first features."""
-        full = seeded((self.seed, _HEAD_SEED), lambda: self._plain(1.0)).head
-        n_in = self._plain(width).head.in_features
-        head = nn.Linear(n_in, full.out_features)
-        with torch.no_grad():
-            head.weight.copy_(full.weight[:, :n_in])
-            head.bias.copy_(full.bias)
-        return head.requires_grad_(False)
+        return fixed_global_head(self._plain, self.seed, width)
 
     def build_net(self, width: float) -> DecomposedNet:
         """A fresh client network at ``width`` (its U, V, biases and local head still zero)."""

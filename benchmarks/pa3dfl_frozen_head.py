@@ -1,0 +1,266 @@
+"""What Pa3dFL's frozen global head leaves a narrow network able to learn, federation aside.
+
+Pa3dFL fixes its global head at a seeded random value (FedBABU, the paper's [22]); at width p a
+client's network ends in ``p T`` ReLU features (8 of 128 at width 1/16 on the FMNIST CNN) and the
+head reads the first ``p T`` of its inputs (``flcore.algorithms.widths.pa3dfl
+.fixed_global_head``). Pa3dFL's narrowest clients score well below FedAvg's shared model of the
+same width on the same clients (BENCHMARKS.md, sessions 31-33 and 67). This script asks whether
+the head alone explains it, with no federation, hypernetwork or decomposition: for each run seed
+(the head is seeded from it) and each width it trains Table 4's plain width-p CNN
+(``pa3dfl_cnn_fmnist``) centrally on ``--train-records`` records drawn from FMNIST's training set,
+plain SGD, batch 50, ``--epochs`` epochs at ``--lr``, from one seeded initialisation, twice:
+
+- ``frozen``: cross-entropy through Pa3dFL's frozen global head at that width (the loss
+  Algorithm 3 trains the feature extractor with); then ``frozen_probe``: the best linear head
+  for those trained features, fitted by L-BFGS on the training records' features (standardised;
+  what a perfectly trained local head on detached features could reach);
+- ``trained``: the same start, the head trained too (FedAvg's width-p model, centrally).
+
+For each it reports the test accuracy on FMNIST's 10,000 test records, the accuracy and mean
+cross-entropy on the training records, the lowest per-class test recall, and for the frozen head
+``reachable_classes``: how many classes the head can make the arg-max at all from non-negative
+features (one linear program per class: some ``x >= 0``, each coordinate at most
+``REACH_BOUND``, on which the class's logit exceeds every other by a positive margin).
+One JSON object on stdout; progress on stderr. Needs flcore (and scipy) only.
+
+    .venv/bin/python benchmarks/pa3dfl_frozen_head.py --seeds 0 1 2 --widths 0.0625 0.125 0.25 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import machine  # noqa: E402
+
+#: the box the reachability program searches for features in (a trained network's mean feature
+#: norm at width 1/8 was about 200, BENCHMARKS.md session 31)
+REACH_BOUND = 1e4
+BATCH = 50
+_INIT_SEED = 0xF20  # the network's initialisation, per run seed
+_DATA_SEED = 0xF21  # which training records, and their order
+
+
+def reachable_classes(
+    weight: np.ndarray, bias: np.ndarray, bound: float = REACH_BOUND
+) -> list[bool]:
+    """Per class c of the linear head ``weight x + bias``: whether some ``x`` in ``[0, bound]^n``
+    gives c a logit above every other class's by a positive margin (a linear program: maximise
+    the margin ``t`` subject to ``(w_k - w_c) x + t <= b_c - b_k`` for every k != c)."""
+    from scipy.optimize import linprog
+
+    classes, n = weight.shape
+    out = []
+    for c in range(classes):
+        others = [k for k in range(classes) if k != c]
+        a_ub = np.hstack([weight[others] - weight[c], np.ones((len(others), 1))])
+        b_ub = bias[c] - bias[others]
+        res = linprog(
+            np.r_[np.zeros(n), -1.0],
+            A_ub=a_ub,
+            b_ub=b_ub,
+            bounds=[(0.0, bound)] * n + [(None, None)],
+            method="highs",
+        )
+        if res.status != 0:
+            raise RuntimeError(f"the reachability program for class {c} failed: {res.message}")
+        out.append(bool(-res.fun > 1e-9))
+    return out
+
+
+def _features(model: Any, x: Any) -> Any:
+    return model.features(x)
+
+
+def _evaluate(model: Any, head: Any, x: Any, y: Any) -> dict[str, Any]:
+    import torch
+    import torch.nn.functional as F
+
+    with torch.no_grad():
+        logits = torch.cat(
+            [head(_features(model, x[i : i + 1000])) for i in range(0, len(x), 1000)]
+        )
+    pred = logits.argmax(1)
+    recall = [float((pred[y == c] == c).float().mean()) for c in range(logits.shape[1])]
+    return {
+        "accuracy": 100.0 * float((pred == y).float().mean()),
+        "cross_entropy": float(F.cross_entropy(logits, y)),
+        "min_class_recall": 100.0 * min(recall),
+    }
+
+
+def _train(model: Any, head: Any, x: Any, y: Any, epochs: int, lr: float, gen: Any) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    params = [p for p in (*model.features.parameters(), *head.parameters()) if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=lr)
+    for _ in range(epochs):
+        order = torch.randperm(len(x), generator=gen)
+        for i in range(0, len(x), BATCH):
+            idx = order[i : i + BATCH]
+            opt.zero_grad()
+            F.cross_entropy(head(_features(model, x[idx])), y[idx]).backward()
+            opt.step()
+
+
+def _probe(model: Any, x: Any, y: Any, classes: int) -> Any:
+    """The best linear head on ``model``'s (standardised) features of ``x``: multinomial logistic
+    regression by L-BFGS, with a small L2 term so that separable features keep a finite optimum.
+    Returns the fitted head, a function of the raw features."""
+    import torch
+    import torch.nn.functional as F
+
+    with torch.no_grad():
+        f = torch.cat([_features(model, x[i : i + 1000]) for i in range(0, len(x), 1000)])
+    mean, std = f.mean(0), f.std(0).clamp_min(1e-6)
+    z = ((f - mean) / std).double()
+    w = torch.zeros(z.shape[1], classes, dtype=torch.float64, requires_grad=True)
+    b = torch.zeros(classes, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], max_iter=500, line_search_fn="strong_wolfe")
+
+    def closure() -> Any:
+        opt.zero_grad()
+        loss = F.cross_entropy(z @ w + b, y) + 1e-4 * (w**2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    w_, b_ = w.detach().float(), b.detach().float()
+
+    def head(feats: Any) -> Any:
+        return ((feats - mean) / std) @ w_ + b_
+
+    return head
+
+
+def one_width(
+    seed: int,
+    width: float,
+    data: tuple[Any, Any, Any, Any],
+    epochs: int,
+    lr: float,
+) -> dict[str, Any]:
+    """The frozen-head, probe and trained-head runs of one seed and width."""
+    import copy
+
+    import torch
+
+    from flcore.algorithms.base import seeded
+    from flcore.algorithms.widths.pa3dfl import fixed_global_head
+    from flcore.models.scalable import ScalableCNNFashionMNIST
+
+    def plain(w: float) -> Any:
+        return ScalableCNNFashionMNIST(width=w)
+
+    x, y, x_test, y_test = data
+    start = seeded((seed, _INIT_SEED), lambda: plain(width))
+    frozen_head = fixed_global_head(plain, seed, width)
+    reach = reachable_classes(
+        frozen_head.weight.detach().double().numpy(), frozen_head.bias.detach().double().numpy()
+    )
+    row: dict[str, Any] = {
+        "seed": seed,
+        "width": width,
+        "features": frozen_head.in_features,
+        "reachable_classes": int(sum(reach)),
+        "unreachable": [c for c, ok in enumerate(reach) if not ok],
+    }
+    for name in ("frozen", "trained"):
+        t0 = time.perf_counter()
+        model = copy.deepcopy(start)
+        head = copy.deepcopy(frozen_head)
+        if name == "trained":
+            head.requires_grad_(True)
+        gen = torch.Generator().manual_seed(seed)
+        _train(model, head, x, y, epochs, lr, gen)
+        model.eval()
+        row[name] = {
+            "train": _evaluate(model, head, x, y),
+            "test": _evaluate(model, head, x_test, y_test),
+            "seconds": round(time.perf_counter() - t0, 1),
+        }
+        if name == "frozen":
+            with torch.no_grad():
+                norms = torch.cat(
+                    [_features(model, x[i : i + 1000]) for i in range(0, len(x), 1000)]
+                )
+            row["frozen"]["mean_feature_norm"] = float(norms.norm(dim=1).mean())
+            probe = _probe(model, x, y, frozen_head.out_features)
+            row["frozen_probe"] = {
+                "train": _evaluate(model, probe, x, y),
+                "test": _evaluate(model, probe, x_test, y_test),
+            }
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--widths", type=float, nargs="+", default=[0.0625, 0.125, 0.25, 1.0])
+    ap.add_argument("--train-records", type=int, default=12_000)
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--lr", type=float, default=0.05, help="FedAvg's Table 7 step size")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    args = ap.parse_args(argv)
+    if not 1 <= args.train_records <= 60_000:
+        ap.error("--train-records must be between 1 and 60000 (FMNIST's training set)")
+    if args.epochs < 1:
+        ap.error("--epochs must be at least 1")
+    if args.lr <= 0:
+        ap.error("--lr must be positive")
+    for w in args.widths:
+        if not 0 < w <= 1 or abs(w * 16 - round(w * 16)) > 1e-9:
+            ap.error(f"--widths: {w} is not a multiple of 1/16 in (0, 1] (the width rule's step)")
+
+    import torch
+
+    from flcore.data import load_dataset
+    from flcore.data.datasets import normalize
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    fm = load_dataset("fmnist")
+    pick = np.random.default_rng([_DATA_SEED]).permutation(len(fm.train))[: args.train_records]
+    idx = torch.from_numpy(np.sort(pick))
+    data = (
+        normalize(fm.train.images[idx], fm.info),
+        fm.train.labels[idx],
+        normalize(fm.test.images, fm.info),
+        fm.test.labels,
+    )
+    rows = []
+    for seed in args.seeds:
+        for width in args.widths:
+            row = one_width(seed, width, data, args.epochs, args.lr)
+            rows.append(row)
+            print(
+                f"seed {seed} width {width:g}: reachable {row['reachable_classes']}/10, test "
+                f"frozen {row['frozen']['test']['accuracy']:.2f}, probe "
+                f"{row['frozen_probe']['test']['accuracy']:.2f}, trained "
+                f"{row['trained']['test']['accuracy']:.2f}",
+                file=sys.stderr,
+                flush=True,
+            )
+    doc = {
+        "machine": machine(),
+        "train_records": args.train_records,
+        "epochs": args.epochs,
+        "lr": args.lr,
+        "batch": BATCH,
+        "reach_bound": REACH_BOUND,
+        "rows": rows,
+    }
+    print(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()

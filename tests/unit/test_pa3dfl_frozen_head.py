@@ -1,0 +1,92 @@
+"""benchmarks/pa3dfl_frozen_head.py and Pa3dFL's fixed global head: the head a width-p client
+trains against, the reachability program on hand-made heads, one tiny real-FMNIST run, and bad
+input refused before any work."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from flcore.algorithms.widths.pa3dfl import fixed_global_head
+from flcore.models.scalable import ScalableCNNFashionMNIST
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "pa3dfl_frozen_head.py"
+
+
+def _plain(width: float) -> ScalableCNNFashionMNIST:
+    return ScalableCNNFashionMNIST(width=width)
+
+
+def test_the_fixed_head_reads_the_full_heads_first_features_and_is_frozen() -> None:
+    full = fixed_global_head(_plain, 3, 1.0)
+    narrow = fixed_global_head(_plain, 3, 1 / 16)
+    assert (full.in_features, narrow.in_features) == (128, 8)
+    assert torch.equal(narrow.weight, full.weight[:, :8]) and torch.equal(narrow.bias, full.bias)
+    assert not any(p.requires_grad for p in (*full.parameters(), *narrow.parameters()))
+    assert torch.equal(fixed_global_head(_plain, 3, 1.0).weight, full.weight)  # seeded
+    assert not torch.equal(fixed_global_head(_plain, 4, 1.0).weight, full.weight)
+
+
+@pytest.fixture(scope="module")
+def script() -> dict:
+    return runpy.run_path(str(SCRIPT))
+
+
+def test_reachability_on_hand_made_heads(script: dict) -> None:
+    reach = script["reachable_classes"]
+    w = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])
+    # class 2's logit is never above both others on non-negative features (ties at 0 only)
+    assert reach(w, np.zeros(3)) == [True, True, False]
+    # a bias lifts it: at x = 0 it wins
+    assert reach(w, np.array([0.0, 0.0, 0.5])) == [True, True, True]
+    # between the two others: 0.4 (x1 + x2) < max(x1, x2) always, 0.6 (x1 + x2) wins at x1 = x2
+    assert reach(np.array([[1.0, 0.0], [0.0, 1.0], [0.4, 0.4]]), np.zeros(3))[2] is False
+    assert reach(np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.6]]), np.zeros(3))[2] is True
+
+
+def test_a_tiny_run_reports_every_head(data_root: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--seeds", "0", "--widths", "0.0625"]
+        + ["--train-records", "300", "--epochs", "1", "--threads", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads(done.stdout)
+    (row,) = doc["rows"]
+    assert (row["seed"], row["width"], row["features"]) == (0, 0.0625, 8)
+    assert 1 <= row["reachable_classes"] <= 10
+    assert len(row["unreachable"]) == 10 - row["reachable_classes"]
+    for name in ("frozen", "frozen_probe", "trained"):
+        for split in ("train", "test"):
+            m = row[name][split]
+            assert 0 <= m["min_class_recall"] <= m["accuracy"] <= 100 and m["cross_entropy"] > 0
+    assert row["frozen"]["mean_feature_norm"] > 0
+    # the probe is fitted on the training records' features: it fits them at least as well as
+    # chance, and a frozen head's lowest recall is 0 on a class it cannot reach
+    assert row["frozen_probe"]["train"]["accuracy"] > 10
+    if row["unreachable"]:
+        assert row["frozen"]["test"]["min_class_recall"] == 0
+    assert "seed 0 width 0.0625" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--widths", "0.1"], "not a multiple of 1/16"),
+        (["--train-records", "0"], "--train-records must be between"),
+        (["--epochs", "0"], "--epochs must be at least 1"),
+        (["--lr", "0"], "--lr must be positive"),
+    ],
+)
+def test_bad_input_is_refused_before_any_work(args: list[str], message: str) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
+    assert done.returncode == 2 and message in done.stderr and done.stdout == ""
