@@ -15,6 +15,14 @@
 #
 #     (setsid nohup nice -n 10 bash benchmarks/pa3dfl_queue.sh >> ~/pa3dfl-queue.log 2>&1 &)
 #
+# `nice` alone does not make it yield: under the kernel's autogroups
+# (/proc/sys/kernel/sched_autogroup_enabled = 1) the CPU is shared equally between sessions
+# (setsid makes one) whatever their processes' nice values, so one busy shell beside the queue
+# took a core of two and left the queue's two workers the other (session 69). When the queue
+# leads its own session it renices that session too (AUTOGROUP_NICE, default 10; empty: leave
+# it as it is). To give the queue the machine instead, renice your own session:
+# `echo 19 > /proc/$$/autogroup` in your shell.
+#
 # Every step is resumable: a run resumes from its last checkpoint under
 # ~/.cache/fedsweep-runs/pa3dfl/ (every 5 rounds, and on SIGTERM), an IG attack from its state
 # (saved every minute), and a run or case that ended, there or on another machine (its record
@@ -147,8 +155,16 @@ preflight() {
   bash scripts/ensure-fmnist || exit 2
 }
 
+# The queue's session yields to others (above); only when the queue leads it, so that a queue
+# started from a shell does not renice that shell's session.
+background() {
+  local nice=${AUTOGROUP_NICE-10}
+  [[ -n $nice && $(ps -o sid= -p $$ | tr -d ' ') == "$$" && -w /proc/$$/autogroup ]] || return 0
+  echo "$nice" >"/proc/$$/autogroup" 2>/dev/null || true
+}
+
 case "${1:-}" in
-  "") preflight; run_queue ;;
+  "") background; preflight; run_queue ;;
   --list)
     printf 'train:  %s\n' "${TRAIN[@]//\{W\}/$WORKERS}"
     printf 'attack: %s\n' "${ATTACKS[@]}"
