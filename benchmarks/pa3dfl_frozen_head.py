@@ -21,7 +21,11 @@ cross-entropy on the training records, the lowest per-class test recall, and for
 ``reachable_classes``: how many classes the head can make the arg-max at all from non-negative
 features (one linear program per class: some ``x >= 0``, each coordinate at most
 ``REACH_BOUND``, on which the class's logit exceeds every other by a positive margin).
-One JSON object on stdout; progress on stderr. Needs flcore (and scipy) only.
+One JSON object on stdout; progress on stderr. Each (seed, width) is also written, as it ends,
+to ``--out-dir`` (default ``~/.cache/fedsweep-runs/pa3dfl``), in a file named by the training
+settings, ``frozen-head-n<records>-e<epochs>-lr<lr>.json``: a pair already there is not run
+again (delete the file to start over), so an interrupted run goes on where it stopped. Needs
+flcore (and scipy) only.
 
     .venv/bin/python benchmarks/pa3dfl_frozen_head.py --seeds 0 1 2 --widths 0.0625 0.125 0.25 1
 """
@@ -47,6 +51,7 @@ REACH_BOUND = 1e4
 BATCH = 50
 _INIT_SEED = 0xF20  # the network's initialisation, per run seed
 _DATA_SEED = 0xF21  # which training records, and their order
+OUT_DIR = Path.home() / ".cache" / "fedsweep-runs" / "pa3dfl"
 
 
 def reachable_classes(
@@ -210,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--lr", type=float, default=0.05, help="FedAvg's Table 7 step size")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--out-dir", type=Path, default=OUT_DIR, help=f"default: {OUT_DIR}")
     args = ap.parse_args(argv)
     if not 1 <= args.train_records <= 60_000:
         ap.error("--train-records must be between 1 and 60000 (FMNIST's training set)")
@@ -220,6 +226,16 @@ def main(argv: list[str] | None = None) -> None:
     for w in args.widths:
         if not 0 < w <= 1 or abs(w * 16 - round(w * 16)) > 1e-9:
             ap.error(f"--widths: {w} is not a multiple of 1/16 in (0, 1] (the width rule's step)")
+
+    settings = {
+        "train_records": args.train_records,
+        "epochs": args.epochs,
+        "lr": args.lr,
+        "batch": BATCH,
+        "reach_bound": REACH_BOUND,
+    }
+    out = args.out_dir / f"frozen-head-n{args.train_records}-e{args.epochs}-lr{args.lr:g}.json"
+    done = _load(out, settings)
 
     import torch
 
@@ -240,8 +256,16 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for seed in args.seeds:
         for width in args.widths:
+            row = done.get((seed, width))
+            if row is not None:
+                print(f"seed {seed} width {width:g}: in {out}, not run again", file=sys.stderr)
+                rows.append(row)
+                continue
             row = one_width(seed, width, data, args.epochs, args.lr)
+            row["machine"] = {k: machine()[k] for k in ("cpu_model", "cpus")}
             rows.append(row)
+            done[(seed, width)] = row
+            _save(out, settings, done)
             print(
                 f"seed {seed} width {width:g}: reachable {row['reachable_classes']}/10, test "
                 f"frozen {row['frozen']['test']['accuracy']:.2f}, probe "
@@ -250,16 +274,27 @@ def main(argv: list[str] | None = None) -> None:
                 file=sys.stderr,
                 flush=True,
             )
-    doc = {
-        "machine": machine(),
-        "train_records": args.train_records,
-        "epochs": args.epochs,
-        "lr": args.lr,
-        "batch": BATCH,
-        "reach_bound": REACH_BOUND,
-        "rows": rows,
-    }
-    print(json.dumps(doc, indent=1))
+    print(json.dumps({"machine": machine(), **settings, "file": str(out), "rows": rows}, indent=1))
+
+
+def _load(path: Path, settings: dict[str, Any]) -> dict[tuple[int, float], dict[str, Any]]:
+    """The rows ``path`` holds, by (seed, width); none when it is missing. A file written under
+    other settings (its name says they are the same) is refused rather than mixed in."""
+    if not path.exists():
+        return {}
+    doc = json.loads(path.read_text())
+    if doc.get("settings") != settings:
+        raise SystemExit(
+            f"{path} was written under other settings ({doc.get('settings')}); move it"
+        )
+    return {(r["seed"], r["width"]): r for r in doc["rows"]}
+
+
+def _save(path: Path, settings: dict[str, Any], rows: dict[tuple[int, float], Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"settings": settings, "rows": list(rows.values())}, indent=1))
+    tmp.replace(path)
 
 
 if __name__ == "__main__":

@@ -51,16 +51,20 @@ def test_reachability_on_hand_made_heads(script: dict) -> None:
     assert reach(np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.6]]), np.zeros(3))[2] is True
 
 
-def test_a_tiny_run_reports_every_head(data_root: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--seeds", "0", "--widths", "0.0625"]
-        + ["--train-records", "300", "--epochs", "1", "--threads", "1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def test_a_tiny_run_reports_every_head_and_is_not_run_again(
+    data_root: Path, tmp_path: Path
+) -> None:
+    args = [sys.executable, str(SCRIPT), "--seeds", "0", "--widths", "0.0625"]
+    args += ["--train-records", "300", "--epochs", "1", "--threads", "1"]
+    args += ["--out-dir", str(tmp_path)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads(done.stdout)
+    saved = tmp_path / "frozen-head-n300-e1-lr0.05.json"
+    assert doc["file"] == str(saved) and json.loads(saved.read_text())["rows"] == doc["rows"]
+    again = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "not run again" in again.stderr
+    assert json.loads(again.stdout)["rows"] == doc["rows"]
     (row,) = doc["rows"]
     assert (row["seed"], row["width"], row["features"]) == (0, 0.0625, 8)
     assert 1 <= row["reachable_classes"] <= 10
@@ -75,7 +79,22 @@ def test_a_tiny_run_reports_every_head(data_root: Path) -> None:
     assert row["frozen_probe"]["train"]["accuracy"] > 10
     if row["unreachable"]:
         assert row["frozen"]["test"]["min_class_recall"] == 0
-    assert "seed 0 width 0.0625" in done.stderr
+    assert "seed 0 width 0.0625: reachable" in done.stderr
+    assert row["machine"]["cpus"] >= 1
+
+
+def test_a_file_from_other_settings_is_refused(tmp_path: Path) -> None:
+    saved = tmp_path / "frozen-head-n300-e1-lr0.05.json"
+    saved.write_text(json.dumps({"settings": {"train_records": 300, "epochs": 2}, "rows": []}))
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--train-records", "300", "--epochs", "1"]
+        + ["--out-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0 and "written under other settings" in done.stderr
+    assert done.stdout == ""
 
 
 @pytest.mark.parametrize(
