@@ -82,7 +82,11 @@ def reachable_classes(
 
 
 def _features(model: Any, x: Any) -> Any:
-    return model.features(x)
+    """``model``'s features (the head's inputs) of every record of ``x``, without gradients."""
+    import torch
+
+    with torch.no_grad():
+        return torch.cat([model.features(x[i : i + 1000]) for i in range(0, len(x), 1000)])
 
 
 def _evaluate(model: Any, head: Any, x: Any, y: Any) -> dict[str, Any]:
@@ -90,9 +94,7 @@ def _evaluate(model: Any, head: Any, x: Any, y: Any) -> dict[str, Any]:
     import torch.nn.functional as F
 
     with torch.no_grad():
-        logits = torch.cat(
-            [head(_features(model, x[i : i + 1000])) for i in range(0, len(x), 1000)]
-        )
+        logits = head(_features(model, x))
     pred = logits.argmax(1)
     recall = [float((pred[y == c] == c).float().mean()) for c in range(logits.shape[1])]
     return {
@@ -113,7 +115,7 @@ def _train(model: Any, head: Any, x: Any, y: Any, epochs: int, lr: float, gen: A
         for i in range(0, len(x), BATCH):
             idx = order[i : i + BATCH]
             opt.zero_grad()
-            F.cross_entropy(head(_features(model, x[idx])), y[idx]).backward()
+            F.cross_entropy(head(model.features(x[idx])), y[idx]).backward()
             opt.step()
 
 
@@ -124,8 +126,7 @@ def _probe(model: Any, x: Any, y: Any, classes: int) -> Any:
     import torch
     import torch.nn.functional as F
 
-    with torch.no_grad():
-        f = torch.cat([_features(model, x[i : i + 1000]) for i in range(0, len(x), 1000)])
+    f = _features(model, x)
     mean, std = f.mean(0), f.std(0).clamp_min(1e-6)
     z = ((f - mean) / std).double()
     w = torch.zeros(z.shape[1], classes, dtype=torch.float64, requires_grad=True)
@@ -194,11 +195,8 @@ def one_width(
             "seconds": round(time.perf_counter() - t0, 1),
         }
         if name == "frozen":
-            with torch.no_grad():
-                norms = torch.cat(
-                    [_features(model, x[i : i + 1000]) for i in range(0, len(x), 1000)]
-                )
-            row["frozen"]["mean_feature_norm"] = float(norms.norm(dim=1).mean())
+            norms = _features(model, x).norm(dim=1)
+            row["frozen"]["mean_feature_norm"] = float(norms.mean())
             probe = _probe(model, x, y, frozen_head.out_features)
             row["frozen_probe"] = {
                 "train": _evaluate(model, probe, x, y),
