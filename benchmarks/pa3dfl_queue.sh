@@ -52,9 +52,13 @@ IG="$PY benchmarks/pa3dfl_leakage.py"
 #    500): FLANC and TailorFL Hetero again under today's code (their runs of sessions 28-29
 #    logged no per-width curve and kept no best state, so they have no worst-width window and no
 #    client-by-client pairing with Pa3dFL, which the Hetero ordering claim needs), then Ideal;
-# 2. phase 4: seeds 1-2 of phase 1 (whether Pa3dFL's Ideal miss is within seed noise), Hetero
-#    FjORD first: the shortest left (about 2.7 h), the only kind that can end inside one
-#    session on a machine laid anew between sessions;
+# 2. phase 4: seeds 1-2 of phase 1 (whether Pa3dFL's Ideal miss is within seed noise), the
+#    shortest first, since a machine laid anew between sessions keeps only what ended inside
+#    one (3 h): on both cores of a 2-vCPU machine Hetero FjORD takes about 2.5 h to an early
+#    stop like seed 0's (21 s a round, measured); estimated from seed 0's rounds, Ideal FedAvg
+#    (ended at round 247) about 1.5 h and Ideal FjORD (403) about 2.5 h; Ideal Pa3dFL (seed 0
+#    ran all 500 rounds, 4.6 h on both cores) cannot end inside one;
+#    the last step passes over every run the ones before it ended;
 # 3. then the labelled variants, diagnoses beyond the issue's runs (after them since session 55):
 #    hn_lr 1.0 and Table 7's hn_lr 0.1 under the paper's plain HN step, which test the Ideal
 #    cell's slow start (BENCHMARKS.md sessions 50 and 53), and Algorithm 2's p_min with the
@@ -71,7 +75,10 @@ TRAIN=(
   "$T1 --methods heterofl --settings hetero --seeds 0 --rounds 200 --set model=pa3dfl_cnn_fmnist_sbn --label sbn"
   "$T1 --methods flanc tailorfl --settings hetero --seeds 0 --rounds 200 --label rerun"
   "$T1 --methods ditto pfedhn lg_fedavg local flanc tailorfl pfedgate heterofl fedrolex --settings ideal --seeds 0 --rounds 200"
-  "$T1 --methods fjord --settings hetero --seeds 1 2"
+  "$T1 --methods fjord --settings hetero --seeds 1"
+  "$T1 --methods fedavg --settings ideal --seeds 1 2"
+  "$T1 --methods fjord --settings hetero --seeds 2"
+  "$T1 --methods fjord --settings ideal --seeds 1 2"
   "$T1 --methods pa3dfl fjord fedavg --settings hetero ideal --seeds 1 2"
   "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.hn_lr=1.0 --label hnlr1"
   "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.hn_step=plain --label hnplain"
