@@ -165,8 +165,10 @@ preflight() {
 # The queue's session yields to others (above); only when the queue leads it, so that a queue
 # started from a shell does not renice that shell's session.
 background() {
-  local nice=${AUTOGROUP_NICE-10}
-  [[ -n $nice && $(ps -o sid= -p $$ | tr -d ' ') == "$$" && -w /proc/$$/autogroup ]] || return 0
+  local nice=${AUTOGROUP_NICE-10} stat
+  [[ -n $nice && -w /proc/$$/autogroup ]] || return 0
+  read -r -a stat <"/proc/$$/stat"  # field 6: the session id (no ps on a bare machine)
+  [[ ${stat[5]} == "$$" ]] || return 0
   echo "$nice" >"/proc/$$/autogroup" 2>/dev/null || true
 }
 
