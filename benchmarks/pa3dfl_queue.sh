@@ -54,11 +54,13 @@ IG="$PY benchmarks/pa3dfl_leakage.py"
 #    client-by-client pairing with Pa3dFL, which the Hetero ordering claim needs), then Ideal;
 # 2. phase 4: seeds 1-2 of phase 1 (whether Pa3dFL's Ideal miss is within seed noise), the
 #    shortest first, since a machine laid anew between sessions keeps only what ended inside
-#    one (3 h): on both cores of a 2-vCPU machine Hetero FjORD takes about 2.5 h to an early
-#    stop like seed 0's (21 s a round, measured); estimated from seed 0's rounds, Ideal FedAvg
-#    (ended at round 247) about 1.5 h and Ideal FjORD (403) about 2.5 h; Ideal Pa3dFL (seed 0
-#    ran all 500 rounds, 4.6 h on both cores) cannot end inside one;
-#    the last step passes over every run the ones before it ended;
+#    one (3 h): Hetero FjORD seed 1 (its checkpoint, if the machine kept it) takes 21-24 s a
+#    round on both cores of a 2-vCPU AMD EPYC (session 69), 2.5-2.9 h to an early stop like seed
+#    0's at round 433; both workers ran Hetero FjORD no faster than one Intel thread had (22 s),
+#    so seed 0's Intel rounds (one worker) are the estimate for the rest: Ideal FedAvg 36 s x
+#    247 rounds, about 2.5 h; Ideal FjORD 40 s x 403, about 4.5 h, and Ideal Pa3dFL, 4.6 h on
+#    both cores, cannot end inside one session; the last step passes over every run the ones
+#    before it ended;
 # 3. then the labelled variants, diagnoses beyond the issue's runs (after them since session 55):
 #    hn_lr 1.0 and Table 7's hn_lr 0.1 under the paper's plain HN step, which test the Ideal
 #    cell's slow start (BENCHMARKS.md sessions 50 and 53), and Algorithm 2's p_min with the
