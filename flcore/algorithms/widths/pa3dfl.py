@@ -33,8 +33,9 @@ Each layer but the head is decomposed as theta = Reshape(U V) (Eqs. 4-5, flcore.
   (Oh, Kim & Yun, ICLR 2022), whose head is randomly initialised and frozen; at width p a head
   reads the first ``p T`` features (``fixed_global_head``). At width 1/16 that is 8 ReLU
   features into a fixed random 10 x 8 head: at seeds 1 and 2 one class can never win through
-  it, and a width-1/16 CNN trained centrally through it (seed 2) stays 10 points below one
-  whose head trains (BENCHMARKS.md session 69, ``benchmarks/pa3dfl_frozen_head.py``);
+  it, and a width-1/16 CNN trained centrally through it stays 5.5-13.9 points below one whose
+  head trains (seeds 0-2; 0.3-0.7 at width 1/8; BENCHMARKS.md session 69,
+  ``benchmarks/pa3dfl_frozen_head.py``);
 - model selection (Algorithm 1) on the client's validation records: M0 = the received model with
   the global head, M1 = the trained model with the local head, both recovered to plain width-p
   networks (Appendix C.2: "recover ... first and then fuse"); ``g(alpha) = val_acc(M0 + alpha (M1 -
