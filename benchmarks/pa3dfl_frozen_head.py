@@ -21,6 +21,14 @@ cross-entropy on the training records, the lowest per-class test recall, and for
 ``reachable_classes``: how many classes the head can make the arg-max at all from non-negative
 features (one linear program per class: some ``x >= 0``, each coordinate at most
 ``REACH_BOUND``, on which the class's logit exceeds every other by a positive margin).
+``--nested`` asks the next question, still without federation: does Pa3dFL's nesting cost its
+narrow clients more through the frozen head? It trains one full-width network per seed whose
+mini-batches each train the submodel of a width drawn from that seed's 100 Hetero clients (the
+widths Pa3dFL's clients train at, each as often as its clients are many), through the frozen
+head and with the head trained, and evaluates each of ``--widths`` as its own submodel
+(``nested_run``; FjORD's federated width-p submodels, which also nest but train their head, are
+the federated counterpart). Its file is ``frozen-head-nested-n<records>-e<epochs>-lr<lr>.json``.
+
 One JSON object on stdout; progress on stderr. Each (seed, width) is also written, as it ends,
 to ``--out-dir`` (default ``~/.cache/fedsweep-runs/pa3dfl``), in a file named by the training
 settings, ``frozen-head-n<records>-e<epochs>-lr<lr>.json``: a pair already there is not run
@@ -28,6 +36,8 @@ again (delete the file to start over), so an interrupted run goes on where it st
 flcore (and scipy) only.
 
     .venv/bin/python benchmarks/pa3dfl_frozen_head.py --seeds 0 1 2 --widths 0.0625 0.125 0.25 1
+    .venv/bin/python benchmarks/pa3dfl_frozen_head.py --nested --seeds 0 1 2 \
+        --train-records 48000 --epochs 20
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ REACH_BOUND = 1e4
 BATCH = 50
 _INIT_SEED = 0xF20  # the network's initialisation, per run seed
 _DATA_SEED = 0xF21  # which training records, and their order
+_DRAW_OFFSET = 0xF22  # --nested: the stream of each step's client width
 OUT_DIR = Path.home() / ".cache" / "fedsweep-runs" / "pa3dfl"
 
 
@@ -205,6 +216,101 @@ def one_width(
     return row
 
 
+def client_widths(seed: int) -> list[float]:
+    """The 100 Hetero clients' widths of run seed ``seed`` (Table 1's capacity draw)."""
+    from flcore.capacity import make_capacity
+
+    return list(make_capacity("uniform", num_clients=100, seed=seed).widths)
+
+
+def nested_run(
+    seed: int,
+    widths: list[float],
+    data: tuple[Any, Any, Any, Any],
+    epochs: int,
+    lr: float,
+) -> dict[str, Any]:
+    """One full-width network per head, trained as Pa3dFL's nested clients share it, federation,
+    hypernetwork and decomposition aside: each mini-batch trains the width-p submodel (the first
+    ``p C`` channels of every layer, :mod:`flcore.algorithms.widths.slicing`) at the width of a
+    client drawn uniformly from seed ``seed``'s 100 Hetero clients (every client holds as many
+    records), through Pa3dFL's frozen global head (``frozen``; its first ``p T`` inputs at width
+    p) or with the head trained too (``trained``; the same full head, sliced the same way). Each
+    of ``widths`` is then evaluated as its own submodel, and for the frozen run the best linear
+    head on that submodel's features (``frozen_probe``)."""
+    import copy
+
+    import torch
+    import torch.nn.functional as F
+    from torch.func import functional_call
+
+    from flcore.algorithms.base import seeded
+    from flcore.algorithms.widths.pa3dfl import fixed_global_head
+    from flcore.algorithms.widths.slicing import extract, nested_channels
+    from flcore.models.scalable import ScalableCNNFashionMNIST
+
+    def plain(w: float) -> Any:
+        return ScalableCNNFashionMNIST(width=w)
+
+    x, y, x_test, y_test = data
+    pool = client_widths(seed)
+    axes, full_channels = (
+        ScalableCNNFashionMNIST.CHANNEL_AXES,
+        ScalableCNNFashionMNIST.FULL_CHANNELS,
+    )
+    kept = {w: nested_channels(full_channels, w) for w in {*pool, *widths}}
+    templates = {w: plain(w) for w in kept}
+    start = seeded((seed, _INIT_SEED), lambda: plain(1.0))
+    frozen_head = fixed_global_head(plain, seed, 1.0)
+    counts = {f"{w:g}": pool.count(w) for w in sorted(set(pool))}
+    row: dict[str, Any] = {"seed": seed, "mode": "nested", "client_widths": counts}
+    for name in ("frozen", "trained"):
+        t0 = time.perf_counter()
+        full = copy.deepcopy(start)
+        if name == "frozen":
+            full.head.load_state_dict(frozen_head.state_dict())
+            full.head.requires_grad_(False)
+        head0 = full.head.weight.detach().clone()
+        params = dict(full.named_parameters())
+        opt = torch.optim.SGD([p for p in params.values() if p.requires_grad], lr=lr)
+        gen = torch.Generator().manual_seed(seed)  # the record order, as in one_width
+        draw = torch.Generator().manual_seed(seed + _DRAW_OFFSET)  # each step's client width
+        for _ in range(epochs):
+            order = torch.randperm(len(x), generator=gen)
+            for i in range(0, len(x), BATCH):
+                idx = order[i : i + BATCH]
+                w = pool[int(torch.randint(len(pool), (1,), generator=draw))]
+                sub = extract(params, axes, kept[w])
+                logits = functional_call(templates[w], sub, (x[idx],))
+                opt.zero_grad()
+                F.cross_entropy(logits, y[idx]).backward()
+                opt.step()
+        result: dict[str, Any] = {
+            "seconds": round(time.perf_counter() - t0, 1),
+            # how far the head moved in training: 0 for the frozen head
+            "head_change": float((full.head.weight.detach() - head0).abs().max()),
+        }
+        probes: dict[str, Any] = {}
+        for w in widths:
+            model = plain(w)
+            model.load_state_dict(extract(full.state_dict(), axes, kept[w]))
+            model.eval()
+            result[f"{w:g}"] = {
+                "train": _evaluate(model, model.head, x, y),
+                "test": _evaluate(model, model.head, x_test, y_test),
+            }
+            if name == "frozen":
+                probe = _probe(model, x, y, model.head.out_features)
+                probes[f"{w:g}"] = {
+                    "train": _evaluate(model, probe, x, y),
+                    "test": _evaluate(model, probe, x_test, y_test),
+                }
+        row[name] = result
+        if name == "frozen":
+            row["frozen_probe"] = probes
+    return row
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -212,6 +318,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--train-records", type=int, default=12_000)
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--lr", type=float, default=0.05, help="FedAvg's Table 7 step size")
+    ap.add_argument(
+        "--nested",
+        action="store_true",
+        help="train one full network per seed on the seed's Hetero widths (nested_run) and "
+        "evaluate each of --widths as its submodel",
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--out-dir", type=Path, default=OUT_DIR, help=f"default: {OUT_DIR}")
     args = ap.parse_args(argv)
@@ -232,7 +344,11 @@ def main(argv: list[str] | None = None) -> None:
         "batch": BATCH,
         "reach_bound": REACH_BOUND,
     }
-    out = args.out_dir / f"frozen-head-n{args.train_records}-e{args.epochs}-lr{args.lr:g}.json"
+    kind = "frozen-head"
+    if args.nested:
+        kind = "frozen-head-nested"
+        settings.update(mode="nested", widths=sorted(args.widths))
+    out = args.out_dir / f"{kind}-n{args.train_records}-e{args.epochs}-lr{args.lr:g}.json"
     done = _load(out, settings)
 
     import torch
@@ -253,6 +369,23 @@ def main(argv: list[str] | None = None) -> None:
     )
     rows = []
     for seed in args.seeds:
+        if args.nested:
+            row = done.get((seed, None))
+            if row is None:
+                row = nested_run(seed, sorted(args.widths), data, args.epochs, args.lr)
+                row["machine"] = {k: machine()[k] for k in ("cpu_model", "cpus")}
+                done[(seed, None)] = row
+                _save(out, settings, done)
+                accs = ", ".join(
+                    f"{w:g} {row['frozen'][f'{w:g}']['test']['accuracy']:.2f}"
+                    f" / {row['trained'][f'{w:g}']['test']['accuracy']:.2f}"
+                    for w in sorted(args.widths)
+                )
+                print(f"seed {seed} nested, frozen / trained: {accs}", file=sys.stderr, flush=True)
+            else:
+                print(f"seed {seed} nested: in {out}, not run again", file=sys.stderr)
+            rows.append(row)
+            continue
         for width in args.widths:
             row = done.get((seed, width))
             if row is not None:
@@ -275,9 +408,10 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps({"machine": machine(), **settings, "file": str(out), "rows": rows}, indent=1))
 
 
-def _load(path: Path, settings: dict[str, Any]) -> dict[tuple[int, float], dict[str, Any]]:
-    """The rows ``path`` holds, by (seed, width); none when it is missing. A file written under
-    other settings (its name says they are the same) is refused rather than mixed in."""
+def _load(path: Path, settings: dict[str, Any]) -> dict[tuple[int, Any], dict[str, Any]]:
+    """The rows ``path`` holds, by (seed, width; None for a nested row); none when it is
+    missing. A file written under other settings (its name says they are the same) is refused
+    rather than mixed in."""
     if not path.exists():
         return {}
     doc = json.loads(path.read_text())
@@ -285,10 +419,10 @@ def _load(path: Path, settings: dict[str, Any]) -> dict[tuple[int, float], dict[
         raise SystemExit(
             f"{path} was written under other settings ({doc.get('settings')}); move it"
         )
-    return {(r["seed"], r["width"]): r for r in doc["rows"]}
+    return {(r["seed"], r.get("width")): r for r in doc["rows"]}
 
 
-def _save(path: Path, settings: dict[str, Any], rows: dict[tuple[int, float], Any]) -> None:
+def _save(path: Path, settings: dict[str, Any], rows: dict[tuple[int, Any], Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"settings": settings, "rows": list(rows.values())}, indent=1))
