@@ -120,21 +120,21 @@ def test_nested_draws_the_seeds_hetero_widths(script: dict) -> None:
 def test_a_tiny_nested_run_keeps_the_frozen_head_and_evaluates_every_width(
     data_root: Path, tmp_path: Path
 ) -> None:
-    args = [sys.executable, str(SCRIPT), "--nested", "--seeds", "2", "--widths", "1", "0.0625"]
+    args = [sys.executable, str(SCRIPT), "--nested", "--seeds", "2", "--widths", "0.125", "0.0625"]
     args += ["--train-records", "300", "--epochs", "1", "--threads", "1"]
     args += ["--out-dir", str(tmp_path)]
     done = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads(done.stdout)
     saved = tmp_path / "frozen-head-nested-n300-e1-lr0.05.json"
-    assert doc["file"] == str(saved) and doc["widths"] == [0.0625, 1.0]
+    assert doc["file"] == str(saved) and doc["widths"] == [0.0625, 0.125]
     (row,) = doc["rows"]
     assert row["mode"] == "nested" and sum(row["client_widths"].values()) == 100
     assert row["client_widths"]["0.0625"] == 1
     assert row["frozen"]["head_change"] == 0 and row["trained"]["head_change"] > 0
     for name in ("frozen", "frozen_probe", "trained"):
-        assert {"0.0625", "1"} <= set(row[name])
-        for w in ("0.0625", "1"):
+        assert {"0.0625", "0.125"} <= set(row[name])
+        for w in ("0.0625", "0.125"):
             m = row[name][w]["test"]
             assert 0 <= m["min_class_recall"] <= m["accuracy"] <= 100 and m["cross_entropy"] > 0
     assert "seed 2 nested, frozen / trained: 0.0625" in done.stderr
@@ -142,6 +142,6 @@ def test_a_tiny_nested_run_keeps_the_frozen_head_and_evaluates_every_width(
     assert again.returncode == 0 and "not run again" in again.stderr
     assert json.loads(again.stdout)["rows"] == doc["rows"]
     # other widths are other settings: refused, not mixed in
-    other = [a if a != "0.0625" else "0.125" for a in args]
+    other = [a if a != "0.0625" else "0.25" for a in args]
     refused = subprocess.run(other, capture_output=True, text=True, timeout=300)
     assert refused.returncode != 0 and "written under other settings" in refused.stderr
