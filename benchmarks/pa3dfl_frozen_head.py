@@ -28,6 +28,9 @@ widths Pa3dFL's clients train at, each as often as its clients are many), throug
 head and with the head trained, and evaluates each of ``--widths`` as its own submodel
 (``nested_run``; FjORD's federated width-p submodels, which also nest but train their head, are
 the federated counterpart). Its file is ``frozen-head-nested-n<records>-e<epochs>-lr<lr>.json``.
+``--width-draw upto`` draws each step's width uniformly up to the drawn client's instead (FjORD's
+draw, no distillation), so every client also trains the narrow widths; its file name ends in
+``-upto``.
 
 One JSON object on stdout; progress on stderr. Each (seed, width) is also written, as it ends,
 to ``--out-dir`` (default ``~/.cache/fedsweep-runs/pa3dfl``), in a file named by the training
@@ -62,6 +65,7 @@ BATCH = 50
 _INIT_SEED = 0xF20  # the network's initialisation, per run seed
 _DATA_SEED = 0xF21  # which training records, and their order
 _DRAW_OFFSET = 0xF22  # --nested: the stream of each step's client width
+P_MIN = 1 / 16  # Table 1's width step
 OUT_DIR = Path.home() / ".cache" / "fedsweep-runs" / "pa3dfl"
 
 
@@ -223,12 +227,24 @@ def client_widths(seed: int) -> list[float]:
     return list(make_capacity("uniform", num_clients=100, seed=seed).widths)
 
 
+def step_width(pool: list[float], draw: str, stream: Any) -> float:
+    """One step's width: a client's drawn uniformly from ``pool`` and, under ``draw="upto"``, a
+    multiple of ``P_MIN`` drawn uniformly up to it (both from the generator ``stream``)."""
+    import torch
+
+    w = pool[int(torch.randint(len(pool), (1,), generator=stream))]
+    if draw == "upto":
+        w = P_MIN * (1 + int(torch.randint(round(w / P_MIN), (1,), generator=stream)))
+    return w
+
+
 def nested_run(
     seed: int,
     widths: list[float],
     data: tuple[Any, Any, Any, Any],
     epochs: int,
     lr: float,
+    draw: str = "own",
 ) -> dict[str, Any]:
     """One full-width network per head, trained as Pa3dFL's nested clients share it, federation,
     hypernetwork and decomposition aside: each mini-batch trains the width-p submodel (the first
@@ -237,7 +253,10 @@ def nested_run(
     records), through Pa3dFL's frozen global head (``frozen``; its first ``p T`` inputs at width
     p) or with the head trained too (``trained``; the same full head, sliced the same way). Each
     of ``widths`` is then evaluated as its own submodel, and for the frozen run the best linear
-    head on that submodel's features (``frozen_probe``)."""
+    head on that submodel's features (``frozen_probe``). ``draw="upto"`` trains instead, at
+    each step, a width drawn uniformly from the multiples of 1/16 up to the drawn client's
+    width (FjORD's ordered-dropout draw, without its distillation): what Pa3dFL's nesting would
+    give its narrow widths if every client also trained them."""
     import copy
 
     import torch
@@ -258,12 +277,13 @@ def nested_run(
         ScalableCNNFashionMNIST.CHANNEL_AXES,
         ScalableCNNFashionMNIST.FULL_CHANNELS,
     )
-    kept = {w: nested_channels(full_channels, w) for w in {*pool, *widths}}
+    grid = [k * P_MIN for k in range(1, round(1 / P_MIN) + 1)]
+    kept = {w: nested_channels(full_channels, w) for w in {*pool, *widths, *grid}}
     templates = {w: plain(w) for w in kept}
     start = seeded((seed, _INIT_SEED), lambda: plain(1.0))
     frozen_head = fixed_global_head(plain, seed, 1.0)
     counts = {f"{w:g}": pool.count(w) for w in sorted(set(pool))}
-    row: dict[str, Any] = {"seed": seed, "mode": "nested", "client_widths": counts}
+    row: dict[str, Any] = {"seed": seed, "mode": "nested", "draw": draw, "client_widths": counts}
     for name in ("frozen", "trained"):
         t0 = time.perf_counter()
         full = copy.deepcopy(start)
@@ -274,12 +294,12 @@ def nested_run(
         params = dict(full.named_parameters())
         opt = torch.optim.SGD([p for p in params.values() if p.requires_grad], lr=lr)
         gen = torch.Generator().manual_seed(seed)  # the record order, as in one_width
-        draw = torch.Generator().manual_seed(seed + _DRAW_OFFSET)  # each step's client width
+        stream = torch.Generator().manual_seed(seed + _DRAW_OFFSET)  # each step's width
         for _ in range(epochs):
             order = torch.randperm(len(x), generator=gen)
             for i in range(0, len(x), BATCH):
                 idx = order[i : i + BATCH]
-                w = pool[int(torch.randint(len(pool), (1,), generator=draw))]
+                w = step_width(pool, draw, stream)
                 sub = extract(params, axes, kept[w])
                 logits = functional_call(templates[w], sub, (x[idx],))
                 opt.zero_grad()
@@ -324,6 +344,13 @@ def main(argv: list[str] | None = None) -> None:
         help="train one full network per seed on the seed's Hetero widths (nested_run) and "
         "evaluate each of --widths as its submodel",
     )
+    ap.add_argument(
+        "--width-draw",
+        choices=("own", "upto"),
+        default="own",
+        help="--nested: each step trains the drawn client's own width (Pa3dFL, the default) or "
+        "a width drawn uniformly up to it (FjORD's draw)",
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--out-dir", type=Path, default=OUT_DIR, help=f"default: {OUT_DIR}")
     args = ap.parse_args(argv)
@@ -333,6 +360,8 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--epochs must be at least 1")
     if args.lr <= 0:
         ap.error("--lr must be positive")
+    if args.width_draw != "own" and not args.nested:
+        ap.error("--width-draw applies to --nested runs only")
     for w in args.widths:
         if not 0 < w <= 1 or abs(w * 16 - round(w * 16)) > 1e-9:
             ap.error(f"--widths: {w} is not a multiple of 1/16 in (0, 1] (the width rule's step)")
@@ -348,6 +377,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.nested:
         kind = "frozen-head-nested"
         settings.update(mode="nested", widths=sorted(args.widths))
+        if args.width_draw == "upto":
+            kind += "-upto"
+            settings.update(draw="upto")
     out = args.out_dir / f"{kind}-n{args.train_records}-e{args.epochs}-lr{args.lr:g}.json"
     done = _load(out, settings)
 
@@ -372,7 +404,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.nested:
             row = done.get((seed, None))
             if row is None:
-                row = nested_run(seed, sorted(args.widths), data, args.epochs, args.lr)
+                row = nested_run(
+                    seed, sorted(args.widths), data, args.epochs, args.lr, args.width_draw
+                )
                 row["machine"] = {k: machine()[k] for k in ("cpu_model", "cpus")}
                 done[(seed, None)] = row
                 _save(out, settings, done)
@@ -381,7 +415,8 @@ def main(argv: list[str] | None = None) -> None:
                     f" / {row['trained'][f'{w:g}']['test']['accuracy']:.2f}"
                     for w in sorted(args.widths)
                 )
-                print(f"seed {seed} nested, frozen / trained: {accs}", file=sys.stderr, flush=True)
+                label = "nested" if args.width_draw == "own" else f"nested ({args.width_draw})"
+                print(f"seed {seed} {label}, frozen / trained: {accs}", file=sys.stderr, flush=True)
             else:
                 print(f"seed {seed} nested: in {out}, not run again", file=sys.stderr)
             rows.append(row)

@@ -104,6 +104,7 @@ def test_a_file_from_other_settings_is_refused(tmp_path: Path) -> None:
         (["--train-records", "0"], "--train-records must be between"),
         (["--epochs", "0"], "--epochs must be at least 1"),
         (["--lr", "0"], "--lr must be positive"),
+        (["--width-draw", "upto"], "--width-draw applies to --nested runs only"),
     ],
 )
 def test_bad_input_is_refused_before_any_work(args: list[str], message: str) -> None:
@@ -115,6 +116,19 @@ def test_nested_draws_the_seeds_hetero_widths(script: dict) -> None:
     widths = script["client_widths"](2)
     assert len(widths) == 100 and widths.count(1 / 16) == 1  # seed 2's one width-1/16 client
     assert min(script["client_widths"](0)) == 1 / 8
+
+
+def test_each_steps_width_is_a_clients_or_one_up_to_it(script: dict) -> None:
+    pool = script["client_widths"](0)  # no width-1/16 client at seed 0
+    stream = torch.Generator().manual_seed(0)
+    own = [script["step_width"](pool, "own", stream) for _ in range(4000)]
+    assert set(own) == set(pool) and 1 / 16 not in own
+    # each client as often as the others: the share of the widest clients' width
+    assert abs(own.count(max(pool)) / 4000 - pool.count(max(pool)) / 100) < 0.03
+    upto = [script["step_width"]([0.25], "upto", stream) for _ in range(4000)]
+    assert set(upto) == {1 / 16, 2 / 16, 3 / 16, 4 / 16}  # uniform up to the client's width
+    assert all(abs(upto.count(w) / 4000 - 0.25) < 0.03 for w in set(upto))
+    assert 1 / 16 in [script["step_width"](pool, "upto", stream) for _ in range(400)]
 
 
 def test_a_tiny_nested_run_keeps_the_frozen_head_and_evaluates_every_width(
