@@ -400,6 +400,7 @@ def main(argv: list[str] | None = None) -> None:
         fm.test.labels,
     )
     rows = []
+    label = "nested" if args.width_draw == "own" else f"nested ({args.width_draw})"
     for seed in args.seeds:
         if args.nested:
             row = done.get((seed, None))
@@ -415,10 +416,9 @@ def main(argv: list[str] | None = None) -> None:
                     f" / {row['trained'][f'{w:g}']['test']['accuracy']:.2f}"
                     for w in sorted(args.widths)
                 )
-                label = "nested" if args.width_draw == "own" else f"nested ({args.width_draw})"
                 print(f"seed {seed} {label}, frozen / trained: {accs}", file=sys.stderr, flush=True)
             else:
-                print(f"seed {seed} nested: in {out}, not run again", file=sys.stderr)
+                print(f"seed {seed} {label}: in {out}, not run again", file=sys.stderr)
             rows.append(row)
             continue
         for width in args.widths:
