@@ -35,7 +35,10 @@ Each layer but the head is decomposed as theta = Reshape(U V) (Eqs. 4-5, flcore.
   features into a fixed random 10 x 8 head: at seeds 1 and 2 one class can never win through
   it, and a width-1/16 CNN trained centrally through it stays 5.5-13.9 points below one whose
   head trains (seeds 0-2; 0.3-0.7 at width 1/8; BENCHMARKS.md session 69,
-  ``benchmarks/pa3dfl_frozen_head.py``);
+  ``benchmarks/pa3dfl_frozen_head.py``). Nested as Pa3dFL nests widths (each client training
+  only its own), a width-1/16 submodel trained centrally on seed 2's client widths scores 53.4
+  through this head, as Pa3dFL's width-1/16 client does in federation (53.3), and 79.2 with the
+  head trained (session 70, ``--nested``);
 - model selection (Algorithm 1) on the client's validation records: M0 = the received model with
   the global head, M1 = the trained model with the local head, both recovered to plain width-p
   networks (Appendix C.2: "recover ... first and then fuse"); ``g(alpha) = val_acc(M0 + alpha (M1 -
