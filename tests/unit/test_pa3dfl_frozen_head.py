@@ -9,6 +9,7 @@ import runpy
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,6 +35,16 @@ def test_the_fixed_head_reads_the_full_heads_first_features_and_is_frozen() -> N
     assert not torch.equal(fixed_global_head(_plain, 4, 1.0).weight, full.weight)
 
 
+def _tiny_run(tmp_path: Path, *extra: str) -> tuple[list[str], Any, dict]:
+    """The script on 300 records for one epoch, one thread, into ``tmp_path``: its arguments,
+    the finished process (exit 0 asserted) and its JSON."""
+    args = [sys.executable, str(SCRIPT), *extra, "--train-records", "300", "--epochs", "1"]
+    args += ["--threads", "1", "--out-dir", str(tmp_path)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return args, done, json.loads(done.stdout)
+
+
 @pytest.fixture(scope="module")
 def script() -> dict:
     return runpy.run_path(str(SCRIPT))
@@ -54,12 +65,7 @@ def test_reachability_on_hand_made_heads(script: dict) -> None:
 def test_a_tiny_run_reports_every_head_and_is_not_run_again(
     data_root: Path, tmp_path: Path
 ) -> None:
-    args = [sys.executable, str(SCRIPT), "--seeds", "0", "--widths", "0.0625"]
-    args += ["--train-records", "300", "--epochs", "1", "--threads", "1"]
-    args += ["--out-dir", str(tmp_path)]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    doc = json.loads(done.stdout)
+    args, done, doc = _tiny_run(tmp_path, "--seeds", "0", "--widths", "0.0625")
     saved = tmp_path / "frozen-head-n300-e1-lr0.05.json"
     assert doc["file"] == str(saved) and json.loads(saved.read_text())["rows"] == doc["rows"]
     again = subprocess.run(args, capture_output=True, text=True, timeout=300)
@@ -134,12 +140,7 @@ def test_each_steps_width_is_a_clients_or_one_up_to_it(script: dict) -> None:
 def test_a_tiny_nested_run_keeps_the_frozen_head_and_evaluates_every_width(
     data_root: Path, tmp_path: Path
 ) -> None:
-    args = [sys.executable, str(SCRIPT), "--nested", "--seeds", "2", "--widths", "0.125", "0.0625"]
-    args += ["--train-records", "300", "--epochs", "1", "--threads", "1"]
-    args += ["--out-dir", str(tmp_path)]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    doc = json.loads(done.stdout)
+    args, done, doc = _tiny_run(tmp_path, "--nested", "--seeds", "2", "--widths", "0.125", "0.0625")
     saved = tmp_path / "frozen-head-nested-n300-e1-lr0.05.json"
     assert doc["file"] == str(saved) and doc["widths"] == [0.0625, 0.125]
     (row,) = doc["rows"]
