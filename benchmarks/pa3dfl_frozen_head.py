@@ -32,10 +32,11 @@ the federated counterpart). Its file is ``frozen-head-nested-n<records>-e<epochs
 draw, no distillation), so every client also trains the narrow widths; its file name ends in
 ``-upto``.
 
-One JSON object on stdout; progress on stderr. Each (seed, width) is also written, as it ends,
-to ``--out-dir`` (default ``~/.cache/fedsweep-runs/pa3dfl``), in a file named by the training
-settings, ``frozen-head-n<records>-e<epochs>-lr<lr>.json``: a pair already there is not run
-again (delete the file to start over), so an interrupted run goes on where it stopped. Needs
+One JSON object on stdout; progress on stderr. Each (seed, width), or each seed under
+``--nested``, is also written, as it ends, to ``--out-dir`` (default
+``~/.cache/fedsweep-runs/pa3dfl``), in a file named by the training settings,
+``frozen-head-n<records>-e<epochs>-lr<lr>.json``: one already there is not run again (delete
+the file to start over), so an interrupted run goes on where it stopped. Needs
 flcore (and scipy) only.
 
     .venv/bin/python benchmarks/pa3dfl_frozen_head.py --seeds 0 1 2 --widths 0.0625 0.125 0.25 1
