@@ -164,6 +164,18 @@ Choices where the paper is silent, and deviations:
   (the rows of U and of V's ``R2 x C`` matrix of equal norm, the recovered weights at PyTorch's
   default std), so U and V step at ``1 / (2 sqrt(C) t)`` (C = V's columns, t that std); the
   orthogonality term stays Eq. 32 on the convolutions' U.
+- ``width_draw: upto`` (a labelled variant, not the paper's; default ``own``, Algorithm 3):
+  each local step trains a width q drawn uniformly from the multiples of Eq. 5's p_min up to
+  the client's p_i (FjORD's draw, without its distillation), the width-q network inside the
+  client's width-p_i one (``sub_width_loss``: its entries outside the width-q network multiplied
+  by 0, so the step's logits and gradients are the width-q network's, both heads reading the
+  first ``q T`` features). What it tests: centrally, nesting through the frozen head under
+  Pa3dFL's own-width draw left a width-1/16 submodel at 53.4 where the ``upto`` draw reached
+  70.5 (session 70, ``benchmarks/pa3dfl_frozen_head.py --nested``); whether the draw lifts the
+  narrowest clients in federation is the labelled run ``upto``. The client sends what it sends
+  under ``own``; the attack surface simulates its own-width step (the server does not know the
+  draws). As in FjORD, momentum and weight decay (none in the Table 1 configs) still move the
+  entries a step leaves out. The loop executor only: ``executor: vectorized`` is refused.
 - The attack surface: the server knows U and the personal tensors it sent and the architecture;
   a record's gradient is that of the client's two-head loss through the recovered network
   (``_DualHeadSurface``). The data-independent Eq. 32 term is left out of the simulation.
@@ -203,6 +215,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
+from torch.func import functional_call
 
 from flcore.algorithms.aggregate import WeightedMean
 from flcore.algorithms.base import (
@@ -309,6 +322,13 @@ class Pa3dFLParams(AlgorithmParams):
         gt=0,
         description="cap on the lr multiplier of each layer's U and V (step_scale; module "
         "docstring); None: uncapped",
+    )
+    width_draw: Literal["own", "upto"] = Field(
+        "own",
+        description="the width a client trains at each local step: 'own', its width p_i "
+        "(Algorithm 3); 'upto', a width drawn uniformly from the multiples of p_min up to p_i "
+        "(FjORD's draw, no distillation): a labelled variant, loop executor only (module "
+        "docstring)",
     )
     rank_p_min: Literal["grid", "clients"] = Field(
         "grid",
@@ -864,6 +884,61 @@ class Pa3dFL(Algorithm):
         lam = self.params.reg_lambda  # type: ignore[attr-defined]
         return loss + lam * orthogonality_penalty(net) if lam > 0 else loss
 
+    def drawn_widths(self, client_id: int) -> list[float]:
+        """The widths ``width_draw: upto`` draws from for ``client_id``, ascending: the
+        multiples of Eq. 5's p_min up to the client's width (the last)."""
+        p_i, step = self.client_width(client_id), self.p_min
+        k = round(p_i / step)
+        return [p_i if j == k else j * step for j in range(1, k + 1)]
+
+    def width_masks(self, width: float, sub: float) -> TensorDict:
+        """The 0/1 masks of the width-``sub`` network's entries in each trained tensor of the
+        width-``width`` one (its leading block: :func:`padded`); tensors of the same shape at
+        both widths (every U) are left out."""
+        cache = self._cache().setdefault("masks", {})
+        if (width, sub) not in cache:
+            big, small = self._net(width), self._net(sub)
+            shapes = {k: v.shape for k, v in big.state_dict().items()}
+            keys = [*big.general_keys(), *big.personal_keys()]
+            cache[width, sub] = {
+                k: padded(torch.ones_like(v), shapes[k], f"pa3dfl: {k}")
+                for k, v in small.state_dict().items()
+                if k in keys and v.shape != shapes[k]
+            }
+        return cache[width, sub]
+
+    def _upto_objective(
+        self, widths: list[float], generator: torch.Generator
+    ) -> Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]:
+        """``width_draw: upto``'s step loss: a width q drawn uniformly from
+        ``widths`` (:meth:`drawn_widths`, the client's own the last) once a step from the
+        client's generator; below the client's own
+        width the step's loss is the width-q network's, computed in the width-p one with the
+        entries outside the width-q network multiplied by 0 (their outputs are 0, as the
+        vectorized executor's padding, so the logits are the width-q network's and those
+        entries get zero gradients). Eq. 32's term is on U, the same at every width."""
+
+        def loss(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            j = int(torch.randint(len(widths), (1,), generator=generator))
+            return self.sub_width_loss(net, widths[-1], widths[j], x, y)
+
+        return loss
+
+    def sub_width_loss(
+        self, net: nn.Module, width: float, sub: float, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
+        """The client objective of the width-``sub`` network inside ``net``, the client's
+        width-``width`` network (:meth:`width_masks`; ``sub == width``: the objective itself)."""
+        if sub == width:
+            return self._objective(net, x, y)
+        assert isinstance(net, DecomposedNet)
+        params = dict(net.named_parameters())
+        masked = {f"net.{k}": params[k] * m for k, m in self.width_masks(width, sub).items()}
+        wrapper = _TwoHeadLoss(net, getattr(self, "_round_head_lr", None))
+        data_loss = functional_call(wrapper, masked, (x, y))
+        lam = self.params.reg_lambda  # type: ignore[attr-defined]
+        return data_loss + lam * orthogonality_penalty(net) if lam > 0 else data_loss
+
     def _head_lr(self, round: int | None) -> float | None:
         """The local head's lr for the normalized step (None: the plain step)."""
         normalized = self.params.head_step == "normalized"  # type: ignore[attr-defined]
@@ -904,12 +979,15 @@ class Pa3dFL(Algorithm):
             m0, metrics = self._received_eval(task, net, data, width)
         opt = self.local_optimizer(self._param_groups(net, task.round), round=task.round)
         self._round_head_lr = self._head_lr(task.round)
+        loss_fn = self._objective
+        if self.params.width_draw == "upto":  # type: ignore[attr-defined]
+            loss_fn = self._upto_objective(self.drawn_widths(task.client_id), generator)
         metrics["train_loss"] = self.run_epochs(
             net,
             data,
             opt,
             generator,
-            loss_fn=self._objective,
+            loss_fn=loss_fn,
             max_grad_norm=self.params.max_grad_norm,  # type: ignore[attr-defined]
         )
         if task.evaluate:
@@ -923,6 +1001,11 @@ class Pa3dFL(Algorithm):
         return ClientResult(task.client_id, len(data.train), upload, personal, metrics)
 
     # ------------------------------------------------------------------ vectorized rounds
+    def vector_unsupported(self) -> str | None:
+        if self.params.width_draw == "upto":  # type: ignore[attr-defined]
+            return "width_draw 'upto' draws a width each step, which only the loop runs"
+        return super().vector_unsupported()
+
     def vector_model(self) -> nn.Module:
         """The full-width decomposed network inside its objective: every client trains in it,
         its tensors zero-padded from its width (:meth:`vector_job`). The executor's copy of the

@@ -27,11 +27,13 @@ from flcore.algorithms.widths.decomposed import (
 )
 from flcore.algorithms.widths.flanc import compose
 from flcore.algorithms.widths.pa3dfl import Pa3dFL, interpolate, select_alpha, two_head_loss
+from flcore.algorithms.widths.slicing import leading_block, padded
 from flcore.callbacks import Callback
 from flcore.capacity import Capacity
 from flcore.config import validate_config
 from flcore.data import ArrayDataset, normalize
-from flcore.executor import client_generator
+from flcore.errors import ConfigError
+from flcore.executor import client_generator, resolve_executor
 from flcore.experiment import build_engine
 
 SPEC = ModelSpec("pa3dfl_cnn_fmnist", 10, 1)
@@ -600,3 +602,86 @@ def test_eq_32_penalises_each_convs_off_diagonal_gram_and_lambda_applies_once(fm
     with torch.no_grad():
         added = alg._objective(net, x, y) - without._objective(net, x, y)
     assert float(added) == pytest.approx(0.5 * expected, rel=1e-5)
+
+
+def _trained_keys(net: object) -> list[str]:
+    return [*net.general_keys(), *net.personal_keys()]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("decomposition", ["channel", "flanc"])
+def test_width_draw_upto_trains_the_narrower_network_inside_the_clients(
+    fmnist,  # type: ignore[no-untyped-def]
+    decomposition: str,
+) -> None:
+    """A step at width q < p_i is the width-q network's: its loss and, on the width-q
+    network's entries, its gradients; every other entry gets a zero gradient."""
+    alg = _alg((0.25, 1.0), width_draw="upto", decomposition=decomposition, reg_lambda=0.01)
+    alg._round_head_lr = 0.05  # the normalized local-head step of the Table 1 configs
+    big = alg.build_net(0.5)
+    big.load_state_dict(alg.broadcast(1, 0), strict=False)
+    small = alg.build_net(0.1875)
+    shapes = {k: v.shape for k, v in small.state_dict().items()}
+    start = big.state_dict()
+    small.load_state_dict(
+        {k: leading_block(start[k], shapes[k]) for k in _trained_keys(small)}, strict=False
+    )
+    x = normalize(fmnist.train.images[:16], fmnist.info)
+    y = fmnist.train.labels[:16]
+    loss_big = alg.sub_width_loss(big, 0.5, 0.1875, x, y)
+    loss_small = alg.sub_width_loss(small, 0.1875, 0.1875, x, y)  # the plain objective
+    torch.testing.assert_close(loss_big, loss_small)
+    loss_big.backward()
+    loss_small.backward()
+    params_big, params_small = dict(big.named_parameters()), dict(small.named_parameters())
+    masks = alg.width_masks(0.5, 0.1875)
+    # every U and the local head's bias (one per class) are the same at both widths
+    same = {k for k in _trained_keys(big) if k.endswith(".U")} | {"local_head.bias"}
+    assert set(masks) == set(_trained_keys(big)) - same
+    for k in _trained_keys(big):
+        g_big, g_small = params_big[k].grad, params_small[k].grad
+        assert g_big is not None and g_small is not None
+        torch.testing.assert_close(leading_block(g_big, g_small.shape), g_small)
+        outside = padded(torch.ones_like(g_small), g_big.shape, k) == 0
+        assert g_big[outside].abs().max() == 0 if outside.any() else True
+        assert g_small.abs().max() > 0
+
+
+def test_width_draw_upto_draws_a_width_per_step_up_to_the_clients(fmnist, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    alg = _alg((1 / 16, 1 / 256, 1.0), width_draw="upto")  # widths 1/4, 1/16, 1
+    assert alg.drawn_widths(0) == [0.0625, 0.125, 0.1875, 0.25]
+    assert alg.drawn_widths(1) == [0.0625]
+    drawn: list[tuple[float, float]] = []
+    real = alg.sub_width_loss
+
+    def record(net, width, sub, x, y):  # type: ignore[no-untyped-def]
+        drawn.append((width, sub))
+        return real(net, width, sub, x, y)
+
+    monkeypatch.setattr(alg, "sub_width_loss", record)
+    data = ClientData(
+        0,
+        ArrayDataset(fmnist.train.images[:200], fmnist.train.labels[:200]),
+        ArrayDataset(fmnist.test.images[:20], fmnist.test.labels[:20]),
+        fmnist.info,
+    )
+    alg.local_update(
+        data, ClientTask(0, 1, alg.broadcast(1, 0), None, False, 2), client_generator(2, 1, 0)
+    )
+    assert len(drawn) == 10  # one draw a step: 200 records in batches of 20, one epoch
+    assert {w for w, _ in drawn} == {0.25}
+    assert {s for _, s in drawn} <= set(alg.drawn_widths(0)) and len({s for _, s in drawn}) > 1
+    # a client with one width trains as under width_draw 'own', bit for bit
+    own = _alg((1 / 16, 1 / 256, 1.0))
+    task = ClientTask(1, 1, own.broadcast(1, 1), None, False, 2)
+    a = own.local_update(data, task, client_generator(2, 1, 1))
+    b = alg.local_update(data, task, client_generator(2, 1, 1))
+    for k in a.upload:
+        assert torch.equal(a.upload[k], b.upload[k]), k
+
+
+def test_width_draw_upto_runs_on_the_loop_only() -> None:
+    alg = _alg((0.25, 1.0), width_draw="upto")
+    with pytest.raises(ConfigError, match="width_draw 'upto'"):
+        resolve_executor("vectorized", alg, "cpu")
+    assert resolve_executor("auto", alg, "cuda") == "loop"
+    assert _alg((0.25, 1.0)).vector_unsupported() is None
