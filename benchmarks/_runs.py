@@ -23,6 +23,7 @@ round (:func:`replay_best`, deterministic: its logged rows must match the run's 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import math
@@ -53,6 +54,8 @@ __all__ = [
     "replay_best",
     "resume_run",
     "run_cases",
+    "run_lock",
+    "RunBusy",
     "add_to_record",
     "ended_rows",
     "run_ended",
@@ -104,6 +107,41 @@ def runs_dir(*parts: str) -> Path:
     return Path(root).expanduser().joinpath(*parts)
 
 
+class RunBusy(RuntimeError):
+    """A run folder another process is running (:func:`run_lock`)."""
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir``'s lock for the block: an ``flock`` on ``run.lock``, which the kernel
+    drops when the process holding it ends (a killed run leaves no stale lock). Two processes
+    resuming one folder (the queue and a run started by hand) would each write checkpoints and
+    logs over the other's.
+
+    Raises:
+        RunBusy: another process holds it (its PID in the message), before anything is read or
+            written in the folder.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "run.lock", "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            raise RunBusy(
+                f"{run_dir} is being run by another process (pid {holder}); it was left alone"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def resume_run(
     cfg: Any,
     run_dir: Path,
@@ -113,7 +151,8 @@ def resume_run(
     until_round: int | None = None,
     record: Path | None = None,
 ) -> tuple[Any, dict[str, Any], float]:
-    """Run (or resume, or only read) the engine of ``cfg`` in ``run_dir``, resumably.
+    """Run (or resume, or only read) the engine of ``cfg`` in ``run_dir``, resumably, under the
+    folder's :func:`run_lock` (:class:`RunBusy` if another process runs it).
 
     ``checkpoint.pt`` holds the engine's whole state, written every ``checkpoint_every`` rounds
     and when the run ends (its last round, its early stop or ``until_round``); ``metrics.jsonl``
@@ -138,6 +177,26 @@ def resume_run(
     record goes to the file ``record`` when given and not yet written (:func:`write_record`).
     Returns the engine, its summary and the seconds spent.
     """
+    with run_lock(run_dir):
+        return _resume_run(
+            cfg,
+            run_dir,
+            checkpoint_every=checkpoint_every,
+            deadline=deadline,
+            until_round=until_round,
+            record=record,
+        )
+
+
+def _resume_run(
+    cfg: Any,
+    run_dir: Path,
+    *,
+    checkpoint_every: int,
+    deadline: float,
+    until_round: int | None,
+    record: Path | None,
+) -> tuple[Any, dict[str, Any], float]:
     from flcore.experiment import build_data, build_engine
     from sweeps.cli import jsonable
 

@@ -62,9 +62,11 @@ IG="$PY benchmarks/pa3dfl_leakage.py"
 #    both cores, cannot end inside one session; the last step passes over every run the ones
 #    before it ended;
 # 3. then the labelled variants, diagnoses beyond the issue's runs (after them since session 55):
-#    hn_lr 1.0 and Table 7's hn_lr 0.1 under the paper's plain HN step, which test the Ideal
-#    cell's slow start (BENCHMARKS.md sessions 50 and 53), and Algorithm 2's p_min with the
-#    step capped;
+#    Hetero seed 2 under `width_draw: upto` (every client trains narrower widths too: does it
+#    lift the narrowest clients, BENCHMARKS.md sessions 69-71; started by hand in session 71:
+#    a run another process holds is left to it, benchmarks/_runs.py run_lock), hn_lr 1.0 and
+#    Table 7's hn_lr 0.1 under the paper's plain HN step, which test the Ideal cell's slow start
+#    (BENCHMARKS.md sessions 50 and 53), and Algorithm 2's p_min with the step capped;
 # 4. then the Hetero ordering's other two at the paper's 500 rounds, seed 0 (phase 3 ran them at
 #    200, which the summary's ordering verdict does not count): FLANC as configured, and HeteroFL
 #    with static BN (Table 4's BN-free CNN diverges under it, labelled sbn as at 200 rounds).
@@ -82,6 +84,7 @@ TRAIN=(
   "$T1 --methods fjord --settings hetero --seeds 2"
   "$T1 --methods fjord --settings ideal --seeds 1 2"
   "$T1 --methods pa3dfl fjord fedavg --settings hetero ideal --seeds 1 2"
+  "$T1 --methods pa3dfl --settings hetero --seeds 2 --set algorithm_params.width_draw=upto --label upto"
   "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.hn_lr=1.0 --label hnlr1"
   "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.hn_step=plain --label hnplain"
   "$T1 --methods pa3dfl --settings ideal --seeds 0 --set algorithm_params.rank_p_min=clients --set algorithm_params.step_scale_max=1 --label clients-cap1"

@@ -86,6 +86,7 @@ from _machine import machine  # noqa: E402
 from _runs import (  # noqa: E402
     ALL_CLIENTS,
     BEST,
+    RunBusy,
     add_all_clients_to_record,
     add_run_options,
     claim_line,
@@ -788,13 +789,18 @@ def main(argv: list[str] | None = None) -> None:
     if missing:
         ap.error(f"no config: {', '.join(missing)}")
     deadline = time.time() + args.max_minutes * 60
-    runs = [
-        run_one(m, s, seed, args, deadline)
-        for s in args.settings
-        for m in args.methods
-        for seed in args.seeds
-    ]
+    runs, busy = [], []
+    for s in args.settings:
+        for m in args.methods:
+            for seed in args.seeds:
+                try:
+                    runs.append(run_one(m, s, seed, args, deadline))
+                except RunBusy as e:  # another process runs it: the others go on
+                    busy.append(str(e))
+                    print(f"skipped: {e}", file=sys.stderr)
     print(json.dumps({"machine": machine(), "runs": runs}, indent=1))
+    if busy:
+        sys.exit(f"{len(busy)} run(s) left to the processes running them")
 
 
 if __name__ == "__main__":

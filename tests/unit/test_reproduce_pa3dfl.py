@@ -543,3 +543,21 @@ def test_the_ordering_is_judged_on_ended_500_round_seeds_only() -> None:
     # the other way round: FedAvg ahead on every seed, beyond the noise
     flipped = [run("pa3dfl", s, 0.86 + 0.001 * s) for s in range(3)] + runs[3:6]
     assert "NOT supported [-2.00 (3/3 seeds), NOT supported]" in claims(flipped)[0]
+
+
+def test_a_run_another_process_holds_is_left_to_it(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    import runpy
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    from _runs import run_lock
+
+    mod = runpy.run_path(str(SCRIPT), run_name="reproduce")
+    out = tmp_path / "o"
+    argv = ["--methods", "pa3dfl", "--settings", "hetero", "--seeds", "0", "--rounds", "2",
+            "--out", str(out), "--records", ""]  # fmt: skip
+    with run_lock(out / "hetero-pa3dfl-r2-s0"), pytest.raises(SystemExit, match="1 run"):
+        mod["main"](argv)
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["runs"] == []
+    assert "skipped:" in captured.err and "being run by another process" in captured.err
+    assert [p.name for p in (out / "hetero-pa3dfl-r2-s0").iterdir()] == ["run.lock"]

@@ -5,6 +5,7 @@ a leakage run killed mid-way resumes from its last checkpoint to the uninterrupt
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -14,7 +15,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from _runs import attacked_run, resume_run, run_ended, summary_ended  # noqa: E402
+from _runs import (  # noqa: E402
+    RunBusy,
+    attacked_run,
+    resume_run,
+    run_ended,
+    run_lock,
+    summary_ended,
+)
 
 
 def test_a_diverged_run_ends_at_its_nan_round_and_is_never_resumed(
@@ -367,3 +375,36 @@ def test_a_killed_leakage_run_resumes_from_its_checkpoint_to_the_same_attack(
     assert resumed["seconds"] > 0
     assert list(state.glob("engine-*")) == []  # an ended run leaves only IG's state
     assert len(list(state.glob("ig-*.pt"))) == 1
+
+
+def test_a_run_folder_runs_in_one_process_at_a_time(tiny_config: dict, tmp_path: Path) -> None:
+    from flcore.config import ExperimentConfig
+
+    run_dir = tmp_path / "run"
+    # another process holds the folder (an flock: per open file, so a second open conflicts)
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; import time\n"
+         "from _runs import run_lock\n"
+         "with run_lock(Path(sys.argv[2])):\n    print('held', flush=True); time.sleep(60)",
+         str(Path(__file__).resolve().parents[2] / "benchmarks"), str(run_dir)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        cfg = ExperimentConfig.model_validate(tiny_config | {"rounds": 1})
+        with pytest.raises(RunBusy, match=f"pid {holder.pid}"):
+            resume_run(cfg, run_dir, checkpoint_every=10, deadline=time.time() + 600)
+        assert [p.name for p in run_dir.iterdir()] == ["run.lock"]  # nothing read or written
+    finally:
+        holder.kill()
+        holder.wait()
+    # the kernel dropped the dead holder's lock: the folder is free, and held by one at a time
+    with (
+        run_lock(run_dir),
+        pytest.raises(RunBusy, match=f"pid {os.getpid()}"),
+        run_lock(run_dir),
+    ):
+        pass
+    with run_lock(run_dir):
+        pass
