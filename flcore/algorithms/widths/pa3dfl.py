@@ -910,13 +910,13 @@ class Pa3dFL(Algorithm):
     def _upto_objective(
         self, widths: list[float], generator: torch.Generator
     ) -> Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]:
-        """``width_draw: upto``'s step loss: a width q drawn uniformly from
-        ``widths`` (:meth:`drawn_widths`, the client's own the last) once a step from the
-        client's generator; below the client's own
-        width the step's loss is the width-q network's, computed in the width-p one with the
-        entries outside the width-q network multiplied by 0 (their outputs are 0, as the
-        vectorized executor's padding, so the logits are the width-q network's and those
-        entries get zero gradients). Eq. 32's term is on U, the same at every width."""
+        """``width_draw: upto``'s step loss: a width q drawn uniformly from ``widths``
+        (:meth:`drawn_widths`, the client's own the last) once a step from the client's
+        generator; below the client's own width the step's loss is the width-q network's,
+        computed in the width-p one with the entries outside the width-q network multiplied by 0
+        (their outputs are 0, as the vectorized executor's padding, so the logits are the
+        width-q network's and those entries get zero gradients). Eq. 32's term is on U, the same
+        at every width."""
 
         def loss(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             j = int(torch.randint(len(widths), (1,), generator=generator))
