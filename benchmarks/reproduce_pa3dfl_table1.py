@@ -398,7 +398,7 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
             f"n/a (diverged: NaN loss at round {', '.join(map(str, diverged))}; ours is the "
             "best validation round before it)"
             if diverged
-            else "n/a (not the paper's setting)"
+            else f"n/a (not the paper's setting{'' if ended else '; run not ended'})"
             if not comparable
             else "n/a (run not ended)"
             if not ended
