@@ -60,7 +60,8 @@ IG="$PY benchmarks/pa3dfl_leakage.py"
 #    so seed 0's Intel rounds (one worker) are the estimate for the rest: Ideal FedAvg 36 s x
 #    247 rounds, about 2.5 h; Ideal FjORD 40 s x 403, about 4.5 h, and Ideal Pa3dFL, 4.6 h on
 #    both cores, cannot end inside one session; the last step passes over every run the ones
-#    before it ended;
+#    before it ended. Hetero FjORD seed 2 goes before Ideal FedAvg seed 2 since session 71: it
+#    gives FjORD's figure on seed 2's width-1/16 client, the one Pa3dFL serves worst;
 # 3. then the labelled variants, diagnoses beyond the issue's runs (after them since session 55):
 #    Hetero seed 2 under `width_draw: upto` (every client trains narrower widths too: does it
 #    lift the narrowest clients, BENCHMARKS.md sessions 69-71; started by hand in session 71:
@@ -80,8 +81,9 @@ TRAIN=(
   "$T1 --methods flanc tailorfl --settings hetero --seeds 0 --rounds 200 --label rerun"
   "$T1 --methods ditto pfedhn lg_fedavg local flanc tailorfl pfedgate heterofl fedrolex --settings ideal --seeds 0 --rounds 200"
   "$T1 --methods fjord --settings hetero --seeds 1"
-  "$T1 --methods fedavg --settings ideal --seeds 1 2"
+  "$T1 --methods fedavg --settings ideal --seeds 1"
   "$T1 --methods fjord --settings hetero --seeds 2"
+  "$T1 --methods fedavg --settings ideal --seeds 2"
   "$T1 --methods fjord --settings ideal --seeds 1 2"
   "$T1 --methods pa3dfl fjord fedavg --settings hetero ideal --seeds 1 2"
   "$T1 --methods pa3dfl --settings hetero --seeds 2 --set algorithm_params.width_draw=upto --label upto"
