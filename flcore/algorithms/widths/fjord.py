@@ -83,6 +83,7 @@ from flcore.algorithms.widths.slicing import (
     SlicedWidthAlgorithm,
     extract,
     nested_channels,
+    nested_widths,
 )
 from flcore.models.scalable import scaled
 
@@ -206,9 +207,7 @@ class FjORD(SlicedWidthAlgorithm):
         """P_i: the widths client ``client_id`` draws from, ascending (the last is p_i)."""
         if self.capacity is None:
             return [1.0]
-        p_min, p_i = self.capacity.p_min, self.client_width(client_id)
-        k = round(p_i / p_min)
-        return [p_i if j == k else j * p_min for j in range(1, k + 1)]
+        return nested_widths(self.client_width(client_id), self.capacity.p_min)
 
     def train_submodel(
         self, model: nn.Module, data: ClientData, task: ClientTask, generator: torch.Generator

@@ -235,7 +235,7 @@ from flcore.algorithms.widths.decomposed import (
     orthogonality_penalty,
     recover,
 )
-from flcore.algorithms.widths.slicing import leading_block, padded
+from flcore.algorithms.widths.slicing import leading_block, nested_widths, padded
 from flcore.data import ArrayDataset, DatasetInfo
 from flcore.errors import ConfigError
 
@@ -887,9 +887,7 @@ class Pa3dFL(Algorithm):
     def drawn_widths(self, client_id: int) -> list[float]:
         """The widths ``width_draw: upto`` draws from for ``client_id``, ascending: the
         multiples of Eq. 5's p_min up to the client's width (the last)."""
-        p_i, step = self.client_width(client_id), self.p_min
-        k = round(p_i / step)
-        return [p_i if j == k else j * step for j in range(1, k + 1)]
+        return nested_widths(self.client_width(client_id), self.p_min)
 
     def width_masks(self, width: float, sub: float) -> TensorDict:
         """The 0/1 masks of the width-``sub`` network's entries in each trained tensor of the

@@ -54,6 +54,7 @@ __all__ = [
     "extract",
     "leading_block",
     "nested_channels",
+    "nested_widths",
     "padded",
     "rolling_channels",
     "rolling_start",
@@ -66,6 +67,14 @@ AxesMap = Mapping[str, tuple[tuple[int, str, int], ...]]
 Kept = Mapping[str, torch.Tensor]
 
 _SEED_TAG = 0x5A1C  # the server's initial full model
+
+
+def nested_widths(width: float, step: float) -> list[float]:
+    """The widths nested in ``width``, ascending: ``step, 2 step, ..., width`` (the last exactly
+    ``width``, a multiple of ``step``): what FjORD's ordered dropout, and Pa3dFL's
+    ``width_draw: upto``, draw a step's width from."""
+    k = round(width / step)
+    return [width if j == k else j * step for j in range(1, k + 1)]
 
 
 def nested_channels(full_channels: Mapping[str, int], width: float) -> dict[str, torch.Tensor]:
