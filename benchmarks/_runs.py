@@ -39,6 +39,9 @@ __all__ = [
     "ALL_CLIENTS",
     "BEST",
     "CURVE_KEYS",
+    "WIDTH_CURVE_KEYS",
+    "WIDTH_CURVE_PREFIXES",
+    "curve_columns",
     "LEAKAGE_KEYS",
     "attacked_run",
     "MIN_SEEDS",
@@ -89,6 +92,10 @@ CURVE_KEYS = (
     "bytes_down",
     "epsilon",
 )
+#: the per-width accuracies of capacity-heterogeneous runs (``accuracy_width_<p>``, its
+#: ``_before`` twin and the worst width's): kept too, each width's column after the fixed ones
+WIDTH_CURVE_PREFIXES = ("accuracy_width_", "accuracy_before_width_")
+WIDTH_CURVE_KEYS = ("accuracy_worst_width", "accuracy_before_worst_width")
 
 
 #: a run's state after its best validation window's last round (runs with early stopping)
@@ -425,17 +432,30 @@ def _short(value: Any) -> Any:
     return value
 
 
+def curve_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The columns a record's curve keeps of ``rows``: the :data:`CURVE_KEYS` some round logged,
+    then the per-width accuracies (:data:`WIDTH_CURVE_KEYS`, and each
+    :data:`WIDTH_CURVE_PREFIXES` key by width, narrowest first)."""
+    logged = {k for r in rows for k, v in r.items() if v is not None}
+    widths = sorted(
+        (k for k in logged if k.startswith(WIDTH_CURVE_PREFIXES)),
+        key=lambda k: (not k.startswith(WIDTH_CURVE_PREFIXES[0]), float(k.rsplit("_", 1)[1])),
+    )
+    return [k for k in (*CURVE_KEYS, *WIDTH_CURVE_KEYS) if k in logged] + widths
+
+
 def write_record(path: Path, run_dir: Path, cfg: Any, seconds: float) -> None:
     """The record of the ended run in ``run_dir``: its summary (as ``summary.json`` holds it),
     the config it ran (every field, overrides applied), the machine, the code (commit and
     changed files where the run started, from :data:`CODE`, and where it ended: a run resumed
     across commits shows both), the seconds spent and the
-    :data:`CURVE_KEYS` of every logged round as columns and rows (a few tens of kB for 500
-    rounds). Written atomically; an existing record of the same run is replaced."""
+    :func:`curve_columns` of every logged round as columns and rows (a few tens of kB for 500
+    rounds; about 100 kB more with the per-width accuracies of a Hetero run). Written
+    atomically; an existing record of the same run is replaced."""
     from _machine import code_version, machine
 
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    columns = [k for k in CURVE_KEYS if any(r.get(k) is not None for r in rows)]
+    columns = curve_columns(rows)
     started = run_dir / CODE
     doc = {
         "run": run_dir.name,
@@ -625,7 +645,7 @@ def add_to_record(
 
 def read_curve(run: dict[str, Any]) -> list[dict[str, Any]]:
     """One dict per logged round of a run that :func:`scan_runs` found: its folder's
-    ``metrics.jsonl`` (every key), or its record's curve (the :data:`CURVE_KEYS` it kept)."""
+    ``metrics.jsonl`` (every key), or its record's curve (the :func:`curve_columns` it kept)."""
     if run.get("folder") is not None:
         log = Path(run["folder"]) / "metrics.jsonl"
         return [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []

@@ -408,3 +408,25 @@ def test_a_run_folder_runs_in_one_process_at_a_time(tiny_config: dict, tmp_path:
         pass
     with run_lock(run_dir):
         pass
+
+
+def test_a_record_keeps_the_per_width_accuracies_narrowest_first() -> None:
+    from _runs import curve_columns
+
+    rows = [
+        {"round": 1, "train_loss": 2.0, "accuracy": 0.5, "accuracy_width_0.5": 0.6,
+         "accuracy_width_0.0625": 0.4, "accuracy_before_width_0.125": 0.3,
+         "accuracy_worst_width": 0.4, "bytes_up_width_0.5": 10.0, "client_seconds": 1.0},
+        {"round": 2, "train_loss": 1.0, "accuracy": 0.6, "accuracy_width_0.125": 0.5,
+         "accuracy_width_0.0625": None, "global_accuracy": None},
+    ]  # fmt: skip
+    assert curve_columns(rows) == [
+        "round",
+        "train_loss",
+        "accuracy",
+        "accuracy_worst_width",
+        "accuracy_width_0.0625",  # narrowest first, not in the rows' order
+        "accuracy_width_0.125",
+        "accuracy_width_0.5",
+        "accuracy_before_width_0.125",
+    ]  # per-width bytes and timings stay out; a never-logged key is no column
