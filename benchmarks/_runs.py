@@ -435,13 +435,17 @@ def _short(value: Any) -> Any:
 def curve_columns(rows: list[dict[str, Any]]) -> list[str]:
     """The columns a record's curve keeps of ``rows``: the :data:`CURVE_KEYS` some round logged,
     then the per-width accuracies (:data:`WIDTH_CURVE_KEYS`, and each
-    :data:`WIDTH_CURVE_PREFIXES` key by width, narrowest first)."""
+    :data:`WIDTH_CURVE_PREFIXES` key by width, narrowest first), where the run had more than
+    one width (one width's accuracies repeat ``accuracy``)."""
     logged = {k for r in rows for k, v in r.items() if v is not None}
+    base = [k for k in CURVE_KEYS if k in logged]
     widths = sorted(
         (k for k in logged if k.startswith(WIDTH_CURVE_PREFIXES)),
         key=lambda k: (not k.startswith(WIDTH_CURVE_PREFIXES[0]), float(k.rsplit("_", 1)[1])),
     )
-    return [k for k in (*CURVE_KEYS, *WIDTH_CURVE_KEYS) if k in logged] + widths
+    if len({k.rsplit("_", 1)[1] for k in widths}) < 2:
+        return base
+    return base + [k for k in WIDTH_CURVE_KEYS if k in logged] + widths
 
 
 def write_record(path: Path, run_dir: Path, cfg: Any, seconds: float) -> None:

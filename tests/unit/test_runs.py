@@ -430,3 +430,6 @@ def test_a_record_keeps_the_per_width_accuracies_narrowest_first() -> None:
         "accuracy_width_0.5",
         "accuracy_before_width_0.125",
     ]  # per-width bytes and timings stay out; a never-logged key is no column
+    # one width (Ideal): its accuracies repeat the run's, and no column keeps them
+    ideal = [{"round": 1, "accuracy": 0.5, "accuracy_width_1": 0.5, "accuracy_worst_width": 0.5}]
+    assert curve_columns(ideal) == ["round", "accuracy"]
