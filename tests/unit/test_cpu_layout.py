@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from flcore.data import conv_layout
@@ -26,6 +27,7 @@ def test_conv_layout_changes_the_layout_on_the_cpu_only_and_never_the_values() -
     assert torch.allclose(conv(y), conv(x), atol=1e-5)
 
 
+@pytest.mark.slow  # a benchmark script's or tuning's end-to-end run: `make slow`
 def test_the_benchmark_times_both_layouts_interleaved(data_root: Path) -> None:
     small = ["num_clients=10", "samples_per_client=60", "local_epochs=1", f"data_root={data_root}"]
     args = [sys.executable, str(SCRIPT), "--reps", "1", "--cases", "fmnist_ideal_fedavg", "maml"]

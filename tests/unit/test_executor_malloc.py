@@ -68,6 +68,7 @@ def _faults_per_step(mode: str, batch: Path) -> list[int]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # a benchmark script's or tuning's end-to-end run: `make slow`
 @glibc
 def test_tuned_allocator_reuses_activation_buffers(fmnist, tmp_path: Path) -> None:
     from flcore.data import normalize
@@ -98,6 +99,7 @@ def _worker_faults_per_step() -> float:
     )
 
 
+@pytest.mark.slow  # a benchmark script's or tuning's end-to-end run: `make slow`
 @glibc
 def test_pool_workers_reuse_activation_buffers(tiny_config) -> None:
     """In the engine's own workers (dataset in shared memory), steps do not fault."""

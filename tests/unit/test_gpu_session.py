@@ -9,6 +9,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_session.sh"
 
 
@@ -45,6 +47,7 @@ def test_the_outputs_come_back_in_few_small_files(tmp_path: Path) -> None:
     assert (unpacked / "stage8.log").read_text() == "log 8\n"
 
 
+@pytest.mark.slow  # a benchmark script's or tuning's end-to-end run: `make slow`
 def test_side_by_side_runs_come_back_without_checkpoints(tmp_path: Path, data_root: Path) -> None:
     """Stage 12's runs (one round of FedHKD's setup, made small, on the CPU) run as their own
     processes and come back as run folders without checkpoints, with each run's JSON."""

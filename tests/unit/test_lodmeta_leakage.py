@@ -19,6 +19,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, args: list[str]) -> None:
     runpy.run_path(str(SCRIPT), run_name="__main__")
 
 
+@pytest.mark.slow  # a benchmark script's or tuning's end-to-end run: `make slow`
 def test_each_method_is_attacked_and_a_done_case_is_kept(
     data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -62,6 +62,7 @@ def test_reachability_on_hand_made_heads(script: dict) -> None:
     assert reach(np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.6]]), np.zeros(3))[2] is True
 
 
+@pytest.mark.slow  # a benchmark script's or tuning's end-to-end run: `make slow`
 def test_a_tiny_run_reports_every_head_and_is_not_run_again(
     data_root: Path, tmp_path: Path
 ) -> None:
@@ -137,6 +138,7 @@ def test_each_steps_width_is_a_clients_or_one_up_to_it(script: dict) -> None:
     assert 1 / 16 in [script["step_width"](pool, "upto", stream) for _ in range(400)]
 
 
+@pytest.mark.slow  # a benchmark script's or tuning's end-to-end run: `make slow`
 def test_a_tiny_nested_run_keeps_the_frozen_head_and_evaluates_every_width(
     data_root: Path, tmp_path: Path
 ) -> None:

@@ -214,6 +214,7 @@ def test_a_tiny_walk_stops_resumes_and_needs_no_platform_layers(
     assert mod["summary_table"](from_record) == mod["summary_table"](from_folder)
 
 
+@pytest.mark.slow  # a benchmark script's or tuning's end-to-end run: `make slow`
 def test_the_script_runs_on_flcore_alone(tmp_path: Path) -> None:
     # a fresh interpreter runs a 1-step walk through main(): Ray, MLflow and Optuna stay out
     code = (
@@ -325,6 +326,7 @@ def test_the_summary_reads_the_committed_records_on_a_fresh_machine(tmp_path: Pa
     assert (out / "accuracy_vs_communication-regular-5shot.png").stat().st_size > 1000
 
 
+@pytest.mark.slow  # a benchmark script's or tuning's end-to-end run: `make slow`
 def test_an_early_run_is_its_full_runs_first_steps(data_root: Path, tmp_path: Path) -> None:
     # the claim-2 merge rests on this: a walk's steps depend neither on its length nor on when
     # it is evaluated, so an early run (here 50 steps evaluated every 5, for time) and a longer

@@ -239,8 +239,11 @@ def _children(pid: int) -> list[int]:
 
 @pytest.mark.parametrize(
     "workers, whole_group",
-    [(1, False), (2, True)],
-    ids=["to-its-pid", "to-its-process-group-with-workers"],
+    [
+        pytest.param(1, False, id="to-its-pid"),
+        # the queue's way with pool workers: `make slow` (README, "Tests")
+        pytest.param(2, True, id="to-its-process-group-with-workers", marks=pytest.mark.slow),
+    ],
 )
 def test_a_sigterm_stops_a_run_cleanly_at_the_round_under_way(
     tiny_config: dict, tmp_path: Path, workers: int, whole_group: bool
