@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "heterofl_scaler.py"
 
 
+@pytest.mark.slow  # a benchmark script's or tuning's end-to-end run: `make slow`
 def test_one_round_records_every_trained_client(data_root: Path) -> None:
     small = ["num_clients=10", "samples_per_client=50", "local_epochs=1", f"data_root={data_root}"]
     args = [sys.executable, str(SCRIPT), "--rounds", "1", "--scaler", "off"]

@@ -16,6 +16,14 @@ from flcore.privacy.accounting import Accountant, calibrate_noise, compute_epsil
 FEDSWEEP = str(Path(sys.executable).parent / "fedsweep")
 
 
+def _cli(args: list[str]):  # type: ignore[no-untyped-def]
+    """``fedsweep ARGS`` in this process: the console script itself runs in
+    :func:`test_cli_epsilon_equals_the_library_value` (its start-up is about 5 CPU-s a call)."""
+    from tests.integration.sweep_helpers import cli_in_process
+
+    return cli_in_process(args, Path.cwd())
+
+
 def test_rdp_matches_opacus_and_pld_matches_dp_accounting() -> None:
     from dp_accounting import dp_event
     from dp_accounting.pld import pld_privacy_accountant
@@ -132,12 +140,7 @@ def test_a_negative_step_count_is_refused_not_read_as_nothing_released() -> None
     for command, steps in (("epsilon", "-5"), ("sigma", "0")):
         args = ["--sample-rate", "0.1", "--steps", steps]
         first = ["--noise-multiplier", "1"] if command == "epsilon" else ["--epsilon", "4"]
-        out = subprocess.run(
-            [FEDSWEEP, "privacy", command, *first, *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        out = _cli(["privacy", command, *first, *args])
         assert out.returncode == 2 and "--steps" in out.stderr, (command, out.stderr)
 
 
@@ -151,24 +154,14 @@ def test_cli_population_accounts_fixed_size_sampling_under_replace_one() -> None
     from flcore.privacy.accounting import RDP_ORDERS
 
     args = ["--noise-multiplier", "2", "--sample-rate", "0.3", "--steps", "50", "--json"]
-    fixed = subprocess.run(
-        [FEDSWEEP, "privacy", "epsilon", *args, "--population", "20"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    fixed = _cli(["privacy", "epsilon", *args, "--population", "20"])
     assert fixed.returncode == 0, fixed.stderr
     doc = json.loads(fixed.stdout)
     ref = rdp.RdpAccountant(RDP_ORDERS, neighboring_relation=NeighboringRelation.REPLACE_ONE)
     ref.compose(dp_event.SampledWithoutReplacementDpEvent(20, 6, dp_event.GaussianDpEvent(1.0)), 50)
     assert doc["dp_relation"] == "replace-one"
     assert doc["epsilon"] == pytest.approx(ref.get_epsilon(1e-5), rel=1e-6)
-    refused = subprocess.run(
-        [FEDSWEEP, "privacy", "epsilon", *args, "--population", "20", "--accountant", "pld"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    refused = _cli(["privacy", "epsilon", *args, "--population", "20", "--accountant", "pld"])
     assert refused.returncode == 2 and "accountant" in refused.stderr
 
 
@@ -180,23 +173,8 @@ def test_calibration_round_trips(accountant: str) -> None:
 
 
 def test_cli_sigma_round_trips() -> None:
-    out = subprocess.run(
-        [
-            FEDSWEEP,
-            "privacy",
-            "sigma",
-            "--epsilon",
-            "2",
-            "--sample-rate",
-            "0.05",
-            "--steps",
-            "500",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = _cli(["privacy", "sigma", "--epsilon", "2", "--sample-rate", "0.05", "--steps", "500"]
+               + ["--json"])  # fmt: skip
     sigma = json.loads(out.stdout)["noise_multiplier"]
     assert (
         compute_epsilon([(sigma, 0.05, 500)], 1e-5)
