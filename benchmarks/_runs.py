@@ -454,7 +454,7 @@ def write_record(path: Path, run_dir: Path, cfg: Any, seconds: float) -> None:
     changed files where the run started, from :data:`CODE`, and where it ended: a run resumed
     across commits shows both), the seconds spent and the
     :func:`curve_columns` of every logged round as columns and rows (a few tens of kB for 500
-    rounds; about 100 kB more with the per-width accuracies of a Hetero run). Written
+    rounds; about 130 kB more with the per-width accuracies of a Hetero run). Written
     atomically; an existing record of the same run is replaced."""
     from _machine import code_version, machine
 
